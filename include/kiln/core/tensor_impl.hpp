@@ -1,0 +1,61 @@
+#pragma once
+// TensorImpl: what a Tensor handle points to. Shared storage plus a layout (shape, strides in
+// elements, offset in elements) and the run-time dtype. Tensor<T>, AnyTensor and the leaves of
+// expressions all hold a std::shared_ptr<TensorImpl>.
+#include <memory>
+
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/shape.hpp"
+#include "kiln/core/storage.hpp"
+
+namespace kiln {
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;
+  ScalarType dtype = ScalarType::Float;
+
+  int64_t numel() const { return numel_of(shape); }
+  char* data_bytes() const {
+    return static_cast<char*>(storage->data()) + offset * int64_t(element_size(dtype));
+  }
+  bool is_contiguous() const {
+    int64_t expected = 1;
+    for (int i = shape.size() - 1; i >= 0; --i) {
+      if (shape[i] == 1) continue;
+      if (strides[i] != expected) return false;
+      expected *= shape[i];
+    }
+    return true;
+  }
+  uint64_t version() const { return storage->version(); }
+
+  // A fresh contiguous tensor of this shape and dtype (uninitialized).
+  static std::shared_ptr<TensorImpl> allocate(const Shape& shape, ScalarType dtype, const char* op) {
+    const int64_t n = checked_numel(shape, op);
+    const size_t esize = element_size(dtype);
+    if (n > int64_t(std::numeric_limits<int64_t>::max() / int64_t(esize)))
+      throw OutOfMemoryError(detail::cat(op, ": shape ", shape, " needs more bytes than int64 holds"));
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = std::make_shared<Storage>(size_t(n) * esize);
+    impl->shape = shape;
+    impl->strides = contiguous_strides(shape);
+    impl->dtype = dtype;
+    return impl;
+  }
+
+  // A new impl sharing this storage with another layout.
+  std::shared_ptr<TensorImpl> view_as(const Shape& new_shape, const Strides& new_strides, int64_t new_offset) const {
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = storage;
+    impl->shape = new_shape;
+    impl->strides = new_strides;
+    impl->offset = new_offset;
+    impl->dtype = dtype;
+    return impl;
+  }
+};
+
+}  // namespace kiln

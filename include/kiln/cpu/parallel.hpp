@@ -1,0 +1,60 @@
+#pragma once
+// Threads: OpenMP, split by a cost model; kiln::set_num_threads / get_num_threads as in torch.
+#include <algorithm>
+#include <cstdint>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kiln/core/config.hpp"
+
+namespace kiln {
+
+inline void set_num_threads(int n) {
+#ifdef _OPENMP
+  omp_set_num_threads(std::max(n, 1));
+#else
+  (void)n;
+#endif
+}
+
+inline int get_num_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+namespace cpu {
+
+// Calls f(begin, end) over [0, total), split into one contiguous chunk per thread when
+// total * cost_per_element passes the threshold; chunk edges are multiples of `align`.
+template <class F>
+void parallel_for(int64_t total, int64_t cost_per_element, int64_t align, F&& f) {
+  if (total <= 0) return;
+  const int64_t work = total * std::max<int64_t>(cost_per_element, 1);
+  int threads = get_num_threads();
+  if (threads > 1 && work >= kParallelCostThreshold) {
+    threads = int(std::min<int64_t>(threads, work / (kParallelCostThreshold / 2)));
+  } else {
+    threads = 1;
+  }
+  if (threads == 1) {
+    f(int64_t(0), total);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t per = (total / nt / align + 1) * align;
+    const int64_t begin = std::min(total, t * per), end = std::min(total, begin + per);
+    if (begin < end) f(begin, end);
+  }
+#endif
+}
+
+}  // namespace cpu
+}  // namespace kiln

@@ -1,0 +1,113 @@
+#pragma once
+// The nodes of a lazy expression tree. Leaves hold their tensor by reference-counted handle and
+// remember its version, so an expression never dangles and never reads data modified after it was
+// built. Inner nodes hold their children by value.
+#include <memory>
+#include <tuple>
+#include <type_traits>
+
+#include "kiln/core/concepts.hpp"
+#include "kiln/core/tensor_impl.hpp"
+#include "kiln/ops/cast.hpp"
+
+namespace kiln {
+
+template <class Derived>
+struct ExprBase {
+  using kiln_expr = void;
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+  // Lazy conversion to another dtype.
+  template <Dtype U>
+  auto to() const;
+  // Evaluates into a new tensor (defined with the Tensor class).
+  auto eval() const;
+};
+
+template <Dtype T>
+struct Leaf : ExprBase<Leaf<T>> {
+  using value_type = T;
+  std::shared_ptr<TensorImpl> impl;
+  uint64_t version = 0;
+
+  explicit Leaf(std::shared_ptr<TensorImpl> i) : impl(std::move(i)), version(impl->version()) {}
+  Shape shape() const { return impl->shape; }
+};
+
+template <Dtype T>
+struct Scalar : ExprBase<Scalar<T>> {
+  using value_type = T;
+  compute_t<T> value;
+  explicit Scalar(compute_t<T> v) : value(v) {}
+  Shape shape() const { return {}; }
+};
+
+template <class Op, Expression... Args>
+struct Map : ExprBase<Map<Op, Args...>> {
+  using value_type = typename Op::template result<typename Args::value_type...>;
+  using op_type = Op;
+  std::tuple<Args...> args;
+
+  explicit Map(Args... a) : args(std::move(a)...) {}
+  Shape shape() const {
+    return std::apply([](const auto&... a) { return broadcast_all(a.shape()...); }, args);
+  }
+
+ private:
+  static Shape broadcast_all(const Shape& first, const auto&... rest) {
+    Shape s = first;
+    ((s = broadcast_shapes(s, rest, Op::name.data())), ...);
+    return s;
+  }
+};
+
+template <class Derived>
+template <Dtype U>
+auto ExprBase<Derived>::to() const {
+  if constexpr (std::is_same_v<typename Derived::value_type, U>) return self();
+  else return Map<ops::Cast<U>, Derived>(self());
+}
+
+// ---- compile-time facts about a tree ----------------------------------------------------------
+
+template <class E>
+struct tree_traits;
+
+template <class T>
+struct tree_traits<Leaf<T>> {
+  static constexpr int leaves = 1;
+  static constexpr int cost = 1;
+};
+template <class T>
+struct tree_traits<Scalar<T>> {
+  static constexpr int leaves = 0;
+  static constexpr int cost = 0;
+};
+template <class Op, class... A>
+struct tree_traits<Map<Op, A...>> {
+  static constexpr int leaves = (0 + ... + tree_traits<A>::leaves);
+  static constexpr int cost = Op::info.cost + (0 + ... + tree_traits<A>::cost);
+};
+
+template <class E>
+inline constexpr int leaf_count_v = tree_traits<E>::leaves;
+
+// Index of the first leaf of argument K among a node's leaves.
+template <size_t K, class... A>
+constexpr int leaf_offset() {
+  constexpr int counts[] = {0, tree_traits<A>::leaves...};
+  int sum = 0;
+  for (size_t i = 0; i < K; ++i) sum += counts[i + 1];
+  return sum;
+}
+
+// Calls f(leaf) for each leaf, left to right: the order that numbers them.
+template <class T, class F>
+void for_each_leaf(const Leaf<T>& leaf, F&& f) { f(leaf); }
+template <class T, class F>
+void for_each_leaf(const Scalar<T>&, F&&) {}
+template <class Op, class... A, class F>
+void for_each_leaf(const Map<Op, A...>& m, F&& f) {
+  std::apply([&](const auto&... a) { (for_each_leaf(a, f), ...); }, m.args);
+}
+
+}  // namespace kiln

@@ -1,0 +1,24 @@
+#pragma once
+// The op table's lists. A new op is one struct in unary.hpp/binary.hpp plus one line here; the
+// public functions, the op tests and the docs are generated from these lists.
+#include "kiln/ops/binary.hpp"
+
+// X(function name, op struct)
+#define KILN_UNARY_OPS(X)                                                                          \
+  X(neg, Neg) X(abs, Abs) X(square, Square) X(sign, Sign) X(relu, Relu) X(reciprocal, Reciprocal) \
+  X(sqrt, Sqrt) X(rsqrt, Rsqrt) X(exp, Exp) X(exp2, Exp2) X(expm1, Expm1) X(log, Log)            \
+  X(log2, Log2) X(log1p, Log1p) X(sin, Sin) X(cos, Cos) X(tan, Tan) X(tanh, Tanh)                 \
+  X(sigmoid, Sigmoid) X(softplus, Softplus) X(erf, Erf) X(floor, Floor) X(ceil, Ceil)             \
+  X(round, Round) X(zeros_like, ZerosLike) X(logical_not, LogicalNot)
+
+#define KILN_BINARY_OPS(X)                                                                \
+  X(add, Add) X(sub, Sub) X(mul, Mul) X(div, Div) X(pow, Pow) X(minimum, Minimum)        \
+  X(maximum, Maximum) X(eq, Eq) X(ne, Ne) X(lt, Lt) X(le, Le) X(gt, Gt) X(ge, Ge)        \
+  X(logical_and, LogicalAnd) X(logical_or, LogicalOr) X(logical_xor, LogicalXor)
+
+#define KILN_TERNARY_OPS(X) X(where, Where)
+
+namespace kiln::ops {
+#define KILN_CHECK_SPEC(fn, Op) static_assert(OpSpec<Op>, "kiln: op table entry " #Op " is incomplete");
+// (checked in expr/functions.hpp, once the functions the derivatives call are defined)
+}  // namespace kiln::ops

@@ -1,0 +1,234 @@
+#pragma once
+// Tensor<T>: a handle to a TensorImpl, with libtorch's value semantics. Copying a Tensor shares it;
+// `t = expr` rebinds t to a newly computed tensor; writing into existing memory is explicit
+// (copy_, +=, fill_, an assignment to a view such as `t.select(0, 1) = expr`).
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "kiln/cpu/eval.hpp"
+#include "kiln/expr/functions.hpp"
+
+namespace kiln {
+
+template <Dtype T = float>
+class Tensor;
+
+namespace detail {
+std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<TensorImpl>& dst, const char* op);
+template <class E>
+std::shared_ptr<TensorImpl> evaluate_new(const E& expr);
+}  // namespace detail
+
+template <Dtype T>
+class Tensor {
+ public:
+  using value_type = T;
+  using kiln_tensor = void;
+
+  Tensor() = default;  // undefined, as libtorch's Tensor()
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {
+    check<DTypeError>(!impl_ || impl_->dtype == scalar_type_of<T>(), "Tensor<", dtype_name(scalar_type_of<T>()),
+                      ">: the tensor holds ", impl_ ? dtype_name(impl_->dtype) : "", " values");
+  }
+  // Evaluates an expression into a new tensor: `Tensor<float> d = a * b + c;` is one fused pass.
+  template <Expression E>
+  Tensor(const E& expr) : impl_(detail::evaluate_new(expr)) {  // NOLINT: implicit by design
+    static_assert(std::is_same_v<typename E::value_type, T>,
+                  "kiln: the expression's dtype differs from the tensor's; convert it with .to<T>()");
+  }
+
+  // ---- rebinding (lvalue) and writing through (rvalue, e.g. t.select(0, 1) = x) ---------------
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(const Tensor&) & = default;
+  Tensor& operator=(Tensor&&) & noexcept = default;
+  template <Expression E>
+  Tensor& operator=(const E& expr) & {
+    return *this = Tensor(expr);
+  }
+  Tensor& operator=(const Tensor& src) && { return copy_(src); }
+  template <Expression E>
+  Tensor& operator=(const E& expr) && { return copy_(expr); }
+  template <class S>
+    requires std::is_arithmetic_v<S>
+  Tensor& operator=(S value) && { return fill_(value); }
+
+  // ---- metadata --------------------------------------------------------------------------------
+  bool defined() const { return bool(impl_); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  TensorImpl& impl() const { return *checked(); }
+  const Shape& shape() const { return checked()->shape; }
+  const Shape& sizes() const { return shape(); }
+  int64_t size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+  const Strides& strides() const { return checked()->strides; }
+  int64_t stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+  int64_t storage_offset() const { return checked()->offset; }
+  int dim() const { return shape().size(); }
+  int64_t numel() const { return checked()->numel(); }
+  ScalarType dtype() const { return scalar_type_of<T>(); }
+  bool is_contiguous() const { return checked()->is_contiguous(); }
+  uint64_t version() const { return checked()->version(); }
+  T* data_ptr() const { return reinterpret_cast<T*>(checked()->data_bytes()); }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // The value of a one-element tensor.
+  T item() const {
+    check(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar");
+    return *data_ptr();
+  }
+  // The elements in row-major order.
+  std::vector<T> to_vector() const {
+    const Tensor c = contiguous();
+    return std::vector<T>(c.data_ptr(), c.data_ptr() + c.numel());
+  }
+
+  // ---- in place --------------------------------------------------------------------------------
+  // Writes src (broadcast to this shape) into this tensor's memory; correct when they overlap.
+  template <OperandOrScalar S>
+  Tensor& copy_(const S& src) {
+    if constexpr (std::is_arithmetic_v<S>) {
+      return fill_(src);
+    } else {
+      const auto node = detail::to_node<T>(src);
+      static_assert(std::is_same_v<typename decltype(node)::value_type, T>,
+                    "kiln: copy_ source has a different dtype; convert it with .to<T>()");
+      detail::write_into(node, checked(), "copy_");
+      return *this;
+    }
+  }
+  template <class S>
+    requires std::is_arithmetic_v<S>
+  Tensor& fill_(S value) {
+    detail::write_into(Scalar<T>(compute_t<T>(value)), checked(), "fill_");
+    return *this;
+  }
+  Tensor& zero_() { return fill_(0); }
+  template <OperandOrScalar S> Tensor& operator+=(const S& s) { return copy_(*this + s); }
+  template <OperandOrScalar S> Tensor& operator-=(const S& s) { return copy_(*this - s); }
+  template <OperandOrScalar S> Tensor& operator*=(const S& s) { return copy_(*this * s); }
+  template <OperandOrScalar S> Tensor& operator/=(const S& s) { return copy_(*this / s); }
+
+  // ---- copies ----------------------------------------------------------------------------------
+  Tensor contiguous() const { return is_contiguous() ? *this : clone(); }
+  Tensor clone() const { return Tensor(Leaf<T>(checked())); }
+  template <Dtype U>
+  Tensor<U> to() const {
+    if constexpr (std::is_same_v<T, U>) return *this;
+    else return Tensor<U>(Leaf<T>(checked()).template to<U>());
+  }
+
+  // ---- views (share storage) -------------------------------------------------------------------
+  Tensor view(Shape new_shape) const;
+  Tensor reshape(Shape new_shape) const;
+  Tensor permute(const Dims& order) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;
+  Tensor slice(int64_t d, int64_t start = 0, int64_t end = std::numeric_limits<int64_t>::max(), int64_t step = 1) const;
+  Tensor narrow(int64_t d, int64_t start, int64_t length) const;
+  Tensor select(int64_t d, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor unsqueeze(int64_t d) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t d) const;
+  Tensor expand(const Shape& new_shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+
+ private:
+  const std::shared_ptr<TensorImpl>& checked() const {
+    if (!impl_) throw std::logic_error("kiln: the tensor is undefined (default-constructed)");
+    return impl_;
+  }
+  Tensor with_layout(const Shape& s, const Strides& st, int64_t offset) const {
+    return Tensor(impl_->view_as(s, st, offset));
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+template <Dtype T>
+Tensor(const Tensor<T>&) -> Tensor<T>;
+template <Expression E>
+Tensor(const E&) -> Tensor<typename E::value_type>;
+
+template <class Derived>
+auto ExprBase<Derived>::eval() const {
+  return Tensor<typename Derived::value_type>(self());
+}
+
+// ---- evaluation -------------------------------------------------------------------------------
+
+namespace detail {
+
+inline void check_versions(const auto& expr) {
+  for_each_leaf(expr, [](const auto& leaf) {
+    if (leaf.impl->version() != leaf.version)
+      throw StaleExpressionError(cat("kiln: an expression is evaluated after its leaf of shape ", leaf.impl->shape,
+                                     " was modified in place (version ", leaf.version, ", now ", leaf.impl->version(),
+                                     "); build the expression again after the modification"));
+  });
+}
+
+template <class E>
+std::shared_ptr<TensorImpl> evaluate_new(const E& expr) {
+  check_versions(expr);
+  auto out = TensorImpl::allocate(expr.shape(), scalar_type_of<typename E::value_type>(), "eval");
+  if (out->numel() > 0) cpu::assign(expr, *out);
+  return out;
+}
+
+// Byte range [first, last] that a layout touches (a non-empty tensor).
+inline std::pair<int64_t, int64_t> byte_span(const TensorImpl& t) {
+  const int64_t es = int64_t(element_size(t.dtype));
+  int64_t lo = t.offset, hi = t.offset;
+  for (int i = 0; i < t.shape.size(); ++i) {
+    const int64_t reach = (t.shape[i] - 1) * t.strides[i];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo * es, hi * es + es - 1};
+}
+
+// True when writing dst element by element could change a value the leaf has yet to read: the
+// leaf shares dst's memory, and does not read each element exactly where it is written.
+inline bool overlaps_unsafely(const TensorImpl& leaf, const TensorImpl& dst) {
+  if (leaf.storage != dst.storage || leaf.numel() == 0) return false;
+  const auto [a0, a1] = byte_span(leaf);
+  const auto [b0, b1] = byte_span(dst);
+  if (a1 < b0 || b1 < a0) return false;
+  if (leaf.offset != dst.offset || leaf.dtype != dst.dtype) return true;
+  const Strides st = broadcast_strides(leaf.shape, leaf.strides, dst.shape);
+  for (int i = 0; i < dst.shape.size(); ++i)
+    if (dst.shape[i] > 1 && st[i] != dst.strides[i]) return true;
+  return false;
+}
+
+// dst = expr (broadcast to dst's shape), in place; bumps dst's version.
+std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<TensorImpl>& dst, const char* op) {
+  const Shape src_shape = expr.shape();
+  if (broadcast_shapes(src_shape, dst->shape, op) != dst->shape)
+    throw ShapeError(cat(op, ": source of shape ", src_shape, " cannot be broadcast to the destination's shape ", dst->shape));
+  check_versions(expr);
+  bool overlap = false;
+  for_each_leaf(expr, [&](const auto& leaf) { overlap |= overlaps_unsafely(*leaf.impl, *dst); });
+  if (dst->numel() > 0) {
+    if (overlap) {
+      using V = typename std::remove_cvref_t<decltype(expr)>::value_type;
+      const Leaf<V> staged(evaluate_new(expr));
+      cpu::assign(staged, *dst);
+    } else {
+      cpu::assign(expr, *dst);
+    }
+  }
+  dst->storage->bump_version();
+  return dst;
+}
+
+}  // namespace detail
+
+// Evaluates expr into out (broadcast to out's shape), in place.
+template <Expression E, Dtype T>
+void eval(const E& expr, Tensor<T>& out) {
+  out.copy_(expr);
+}
+
+}  // namespace kiln

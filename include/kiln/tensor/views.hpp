@@ -1,0 +1,231 @@
+#pragma once
+// Views: new layouts over the same storage. Each checks its arguments and names itself in errors.
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+// Resolves one -1 in a requested shape against numel.
+inline Shape infer_size(Shape shape, int64_t numel, const char* op, const Shape& from) {
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      check<ShapeError>(infer < 0, op, ": only one dimension can be inferred in ", shape);
+      infer = i;
+    } else {
+      check<ShapeError>(shape[i] >= 0, op, ": invalid shape dimension ", shape[i], " in ", shape);
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    check<ShapeError>(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input of size ", numel);
+    shape[infer] = numel / known;
+  } else {
+    check<ShapeError>(known == numel, op, ": shape ", shape, " is invalid for input of shape ", from, " (", numel,
+                      " elements)");
+  }
+  return shape;
+}
+
+// Strides for viewing (shape, strides) as new_shape without copying, if possible (PyTorch's
+// computeStride): each run of old dims that is contiguous in memory can be split freely.
+inline bool view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape, Strides& out) {
+  out = Strides::filled(new_shape.size(), 0);
+  if (numel_of(shape) == 0) {
+    out = contiguous_strides(new_shape);
+    return true;
+  }
+  int view_d = new_shape.size() - 1;
+  int64_t chunk_base_stride = strides.empty() ? 1 : strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int d = shape.size() - 1; d >= 0; --d) {
+    tensor_numel *= shape[d];
+    if (d == 0 || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (d > 0) {
+        chunk_base_stride = strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  while (view_d >= 0) out[view_d--] = 1;  // leading size-1 dims
+  return true;
+}
+
+}  // namespace detail
+
+template <Dtype T>
+Tensor<T> Tensor<T>::view(Shape new_shape) const {
+  new_shape = detail::infer_size(new_shape, numel(), "view", shape());
+  Strides st;
+  if (!detail::view_strides(shape(), strides(), new_shape, st))
+    throw ShapeError(detail::cat("view: shape ", new_shape, " is not compatible with the input's shape ", shape(),
+                                 " and strides ", strides(), "; use reshape(), which copies when it must"));
+  return with_layout(new_shape, st, storage_offset());
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::reshape(Shape new_shape) const {
+  new_shape = detail::infer_size(new_shape, numel(), "reshape", shape());
+  Strides st;
+  if (detail::view_strides(shape(), strides(), new_shape, st)) return with_layout(new_shape, st, storage_offset());
+  return clone().view(new_shape);
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::permute(const Dims& order) const {
+  check<ShapeError>(order.size() == dim(), "permute: got ", order.size(), " dims ", order, " for a tensor of ", dim(), " dims");
+  Shape s = shape();
+  Strides st = strides();
+  bool seen[kMaxRank] = {};
+  for (int i = 0; i < dim(); ++i) {
+    const int d = wrap_dim(order[i], dim(), "permute");
+    check<ShapeError>(!seen[d], "permute: dim ", d, " repeats in ", order);
+    seen[d] = true;
+    s[i] = shape()[d];
+    st[i] = strides()[d];
+  }
+  return with_layout(s, st, storage_offset());
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::transpose(int64_t d0, int64_t d1) const {
+  if (dim() == 0) return *this;
+  const int a = wrap_dim(d0, dim(), "transpose"), b = wrap_dim(d1, dim(), "transpose");
+  Shape s = shape();
+  Strides st = strides();
+  std::swap(s[a], s[b]);
+  std::swap(st[a], st[b]);
+  return with_layout(s, st, storage_offset());
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::t() const {
+  check<ShapeError>(dim() <= 2, "t: expects a tensor of at most 2 dims, got shape ", shape(), "; use transpose()");
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  check<ShapeError>(dim() > 0, "slice: cannot slice a 0-dim tensor");
+  const int k = wrap_dim(d, dim(), "slice");
+  check(step > 0, "slice: step must be positive, got ", step);
+  const int64_t n = shape()[k];
+  auto clamp_index = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  start = clamp_index(start);
+  end = std::max(start, clamp_index(end));
+  Shape s = shape();
+  Strides st = strides();
+  s[k] = (end - start + step - 1) / step;
+  st[k] = strides()[k] * step;
+  return with_layout(s, st, storage_offset() + start * strides()[k]);
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::narrow(int64_t d, int64_t start, int64_t length) const {
+  const int k = wrap_dim(d, dim(), "narrow");
+  const int64_t n = shape()[k];
+  if (start < 0) start += n;
+  if (start < 0 || length < 0 || start + length > n)
+    throw std::out_of_range(detail::cat("narrow: start ", start, " and length ", length, " exceed dim ", k, " of size ", n));
+  return slice(k, start, start + length);
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::select(int64_t d, int64_t index) const {
+  check<ShapeError>(dim() > 0, "select: cannot select on a 0-dim tensor");
+  const int k = wrap_dim(d, dim(), "select");
+  const int64_t n = shape()[k];
+  if (index < -n || index >= n)
+    throw std::out_of_range(detail::cat("select: index ", index, " is out of range for dim ", k, " of size ", n));
+  if (index < 0) index += n;
+  Shape s = shape();
+  Strides st = strides();
+  s.erase(k);
+  st.erase(k);
+  return with_layout(s, st, storage_offset() + index * strides()[k]);
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::unsqueeze(int64_t d) const {
+  const int k = wrap_dim(d, dim() + 1, "unsqueeze");
+  Shape s = shape();
+  Strides st = strides();
+  const int64_t stride = k < dim() ? strides()[k] * shape()[k] : 1;
+  s.insert(k, 1);
+  st.insert(k, stride);
+  return with_layout(s, st, storage_offset());
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::squeeze() const {
+  Shape s;
+  Strides st;
+  for (int i = 0; i < dim(); ++i)
+    if (shape()[i] != 1) {
+      s.push_back(shape()[i]);
+      st.push_back(strides()[i]);
+    }
+  return with_layout(s, st, storage_offset());
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::squeeze(int64_t d) const {
+  if (dim() == 0) return *this;
+  const int k = wrap_dim(d, dim(), "squeeze");
+  if (shape()[k] != 1) return *this;
+  Shape s = shape();
+  Strides st = strides();
+  s.erase(k);
+  st.erase(k);
+  return with_layout(s, st, storage_offset());
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::expand(const Shape& new_shape) const {
+  check<ShapeError>(new_shape.size() >= dim(), "expand: the requested shape ", new_shape,
+                    " has fewer dims than the tensor's shape ", shape());
+  Shape s = new_shape;
+  Strides st = Strides::filled(new_shape.size(), 0);
+  const int lead = new_shape.size() - dim();
+  for (int i = 0; i < new_shape.size(); ++i) {
+    const int j = i - lead;
+    if (j < 0) {
+      check<ShapeError>(new_shape[i] >= 0, "expand: -1 is not allowed in a new leading dim of ", new_shape);
+      continue;
+    }
+    const int64_t have = shape()[j];
+    if (new_shape[i] == -1 || new_shape[i] == have) {
+      s[i] = have;
+      st[i] = strides()[j];
+    } else {
+      check<ShapeError>(have == 1, "expand: the tensor's shape ", shape(), " cannot be expanded to ", new_shape,
+                        " (dim ", j, " has size ", have, ", not 1)");
+    }
+  }
+  return with_layout(s, st, storage_offset());
+}
+
+template <Dtype T>
+Tensor<T> Tensor<T>::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  const int a = wrap_dim(start_dim, dim(), "flatten"), b = wrap_dim(end_dim, dim(), "flatten");
+  check<ShapeError>(a <= b, "flatten: start_dim ", a, " comes after end_dim ", b);
+  Shape s;
+  for (int i = 0; i < a; ++i) s.push_back(shape()[i]);
+  int64_t merged = 1;
+  for (int i = a; i <= b; ++i) merged *= shape()[i];
+  s.push_back(merged);
+  for (int i = b + 1; i < dim(); ++i) s.push_back(shape()[i]);
+  return reshape(s);
+}
+
+}  // namespace kiln

@@ -1,0 +1,3 @@
+// doctest's main, compiled once for the whole suite.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
