@@ -180,3 +180,46 @@ TEST_CASE("bfloat16 storage rounds to nearest even and computes in float") {
     CHECK(float(c.data_ptr()[i]) == float(bfloat16(x * x + 1)));
   }
 }
+
+namespace {
+// A user's own op: x^2 + 1, with a Highway form, CUDA source and a derivative.
+struct SquarePlusOne : ops::FloatOp {
+  static constexpr std::string_view name = "square_plus_one";
+  static constexpr int arity = 1;
+  static constexpr ops::OpInfo info{.cost = 2};
+  template <class T> static T scalar(T x) { return x * x + T(1); }
+  template <class D, class V> static V simd(D d, V x) {
+    namespace hn = hwy::HWY_NAMESPACE;
+    return hn::MulAdd(x, x, hn::Set(d, hn::TFromD<D>(1)));
+  }
+  static constexpr std::string_view cuda = "($0 * $0 + 1)";
+  static auto grad(auto x, auto, auto g) { return g * x * 2; }
+};
+// One without a SIMD form: runs on the scalar path through the same driver.
+struct Cube : ops::FloatOp {
+  static constexpr std::string_view name = "cube";
+  static constexpr int arity = 1;
+  static constexpr ops::OpInfo info{.cost = 2};
+  template <class T> static T scalar(T x) { return x * x * x; }
+  template <class L> static constexpr bool simd_for = false;
+  static constexpr std::string_view cuda = "($0 * $0 * $0)";
+  static auto grad(auto x, auto, auto g) { return g * x * x * 3; }
+};
+}  // namespace
+
+TEST_CASE("a user's op struct fuses through kiln::map like a built-in op") {
+  static_assert(ops::OpSpec<SquarePlusOne>);
+  static_assert(ops::OpSpec<Cube>);
+  Tensor<float> a = iota({37}, -2, 0.125f);
+  auto e = map<SquarePlusOne>(a) * 2 + map<Cube>(a);
+  static_assert(!cpu::is_simd_v<decltype(e)>);  // Cube has no SIMD form: the AND over the tree is false
+  static_assert(cpu::is_simd_v<decltype(map<SquarePlusOne>(a) * 2)>);
+  const MemoryStats before = memory_stats();
+  Tensor<float> r = e;
+  CHECK(memory_stats().allocations - before.allocations == 1);
+  for (int i = 0; i < 37; ++i) {
+    const float x = -2 + 0.125f * float(i);
+    CHECK(r.data_ptr()[i] == doctest::Approx((x * x + 1) * 2 + x * x * x));
+  }
+  CHECK(SquarePlusOne::grad(3.0, 10.0, 1.0) == 6.0);
+}

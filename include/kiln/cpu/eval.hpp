@@ -238,7 +238,8 @@ namespace kiln::cpu {
 
 // True when the tree runs as Highway vectors (else the scalar path).
 template <class E>
-inline constexpr bool is_simd_v = kiln::HWY_NAMESPACE::simd_plan<E>::ok;
+inline constexpr bool is_simd_v = kiln::HWY_NAMESPACE::simd_plan<E>::ok &&
+                                  !std::is_void_v<typename kiln::HWY_NAMESPACE::simd_plan<E>::lane>;
 
 // Walks the flat index range [begin, end) of the plan's iteration space row by row and calls
 // row(dst_ptr, cursor, col_begin, col_end) with pointers at the start of each row.

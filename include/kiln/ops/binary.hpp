@@ -130,6 +130,24 @@ struct Maximum : SameTypeOp {
   }
 };
 
+// Highway 1.0.3 has Le/Ge only for floats; for integers they are the negation of Gt/Lt (which for
+// floats would be wrong on NaN).
+// hn::Ne on floats is an ordered compare (false when either is NaN); != is true there.
+template <class V>
+auto ne_simd(V a, V b) {
+  return hn::Not(hn::Eq(a, b));
+}
+template <class V>
+auto le_simd(V a, V b) {
+  if constexpr (std::is_floating_point_v<hn::TFromV<V>>) return hn::Le(a, b);
+  else return hn::Not(hn::Gt(a, b));
+}
+template <class V>
+auto ge_simd(V a, V b) {
+  if constexpr (std::is_floating_point_v<hn::TFromV<V>>) return hn::Ge(a, b);
+  else return hn::Not(hn::Lt(a, b));
+}
+
 #define KILN_COMPARE_OP(Name, str, expr, hwy_op, cuda_src)                          \
   struct Name : CompareOp {                                                         \
     static constexpr std::string_view name = str;                                   \
@@ -140,11 +158,11 @@ struct Maximum : SameTypeOp {
     static constexpr std::string_view cuda = cuda_src;                              \
   };
 KILN_COMPARE_OP(Eq, "eq", a == b, hn::Eq, "($0 == $1)")
-KILN_COMPARE_OP(Ne, "ne", a != b, hn::Ne, "($0 != $1)")
+KILN_COMPARE_OP(Ne, "ne", a != b, ne_simd, "($0 != $1)")
 KILN_COMPARE_OP(Lt, "lt", a < b, hn::Lt, "($0 < $1)")
-KILN_COMPARE_OP(Le, "le", a <= b, hn::Le, "($0 <= $1)")
+KILN_COMPARE_OP(Le, "le", a <= b, le_simd, "($0 <= $1)")
 KILN_COMPARE_OP(Gt, "gt", a > b, hn::Gt, "($0 > $1)")
-KILN_COMPARE_OP(Ge, "ge", a >= b, hn::Ge, "($0 >= $1)")
+KILN_COMPARE_OP(Ge, "ge", a >= b, ge_simd, "($0 >= $1)")
 #undef KILN_COMPARE_OP
 
 struct LogicalAnd : LogicalOp {

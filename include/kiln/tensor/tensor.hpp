@@ -99,7 +99,7 @@ class Tensor {
     }
   }
   template <class S>
-    requires std::is_arithmetic_v<S>
+    requires std::is_arithmetic_v<S> || std::is_same_v<S, bfloat16>
   Tensor& fill_(S value) {
     detail::write_into(Scalar<T>(compute_t<T>(value)), checked(), "fill_");
     return *this;
