@@ -9,7 +9,9 @@
 // nothing is read or written out of bounds. Rows are split over threads by a cost model.
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 
 #include "kiln/cpu/parallel.hpp"
@@ -99,9 +101,11 @@ inline void store_value(char* p, V v) {
   std::memcpy(p, &out, sizeof(T));
 }
 
-// Per row: each leaf's byte pointer at the row start and its byte step along the row.
-template <int N>
+// Per row: each leaf's byte pointer at the row start and its byte step along the row. Dense rows
+// (every leaf contiguous and of the lane type) take a kernel without per-leaf branches.
+template <int N, bool Dense = false>
 struct RowCursor {
+  static constexpr bool dense = Dense;
   const char* ptr[N > 0 ? N : 1];
   int64_t step[N > 0 ? N : 1];
 };
@@ -116,11 +120,17 @@ template <int I, class T, class C>
 HWY_INLINE compute_t<T> scalar_eval(const Scalar<T>& s, const C&, int64_t) {
   return s.value;
 }
+// (Helpers rather than lambdas: a lambda's call is not forced inline, and a call per element or
+// per vector costs more than most ops.)
+template <int I, class Op, class... A, class C>
+HWY_INLINE auto scalar_eval(const Map<Op, A...>& m, const C& c, int64_t j);
+template <int I, class Op, class... A, class C, size_t... K>
+HWY_INLINE auto scalar_eval_args(const Map<Op, A...>& m, const C& c, int64_t j, std::index_sequence<K...>) {
+  return Op::scalar(scalar_eval<I + leaf_offset<K, A...>()>(std::get<K>(m.args), c, j)...);
+}
 template <int I, class Op, class... A, class C>
 HWY_INLINE auto scalar_eval(const Map<Op, A...>& m, const C& c, int64_t j) {
-  return [&]<size_t... K>(std::index_sequence<K...>) {
-    return Op::scalar(scalar_eval<I + leaf_offset<K, A...>()>(std::get<K>(m.args), c, j)...);
-  }(std::index_sequence_for<A...>{});
+  return scalar_eval_args<I>(m, c, j, std::index_sequence_for<A...>{});
 }
 
 }  // namespace kiln
@@ -193,6 +203,9 @@ HWY_INLINE auto load_leaf(D d, const char* p, int64_t step, int64_t j, size_t co
 
 template <int I, class T, class D, class C>
 HWY_INLINE auto simd_eval(const Leaf<T>&, D d, const C& c, int64_t j, size_t count) {
+  if constexpr (C::dense) {
+    if (count == hn::Lanes(d)) return hn::LoadU(d, reinterpret_cast<const hn::TFromD<D>*>(c.ptr[I]) + j);
+  }
   return load_leaf<T>(d, c.ptr[I], c.step[I], j, count);
 }
 template <int I, class T, class D, class C>
@@ -200,10 +213,15 @@ HWY_INLINE auto simd_eval(const Scalar<T>& s, D d, const C&, int64_t, size_t) {
   return hn::Set(d, hn::TFromD<D>(s.value));
 }
 template <int I, class Op, class... A, class D, class C>
+HWY_INLINE auto simd_eval(const Map<Op, A...>& m, D d, const C& c, int64_t j, size_t count);
+template <int I, class Op, class... A, class D, class C, size_t... K>
+HWY_INLINE auto simd_eval_args(const Map<Op, A...>& m, D d, const C& c, int64_t j, size_t count,
+                               std::index_sequence<K...>) {
+  return Op::simd(d, simd_eval<I + leaf_offset<K, A...>()>(std::get<K>(m.args), d, c, j, count)...);
+}
+template <int I, class Op, class... A, class D, class C>
 HWY_INLINE auto simd_eval(const Map<Op, A...>& m, D d, const C& c, int64_t j, size_t count) {
-  return [&]<size_t... K>(std::index_sequence<K...>) {
-    return Op::simd(d, simd_eval<I + leaf_offset<K, A...>()>(std::get<K>(m.args), d, c, j, count)...);
-  }(std::index_sequence_for<A...>{});
+  return simd_eval_args<I>(m, d, c, j, count, std::index_sequence_for<A...>{});
 }
 
 template <class Dst, class D, class V>
@@ -222,11 +240,25 @@ HWY_INLINE void store_vector(D d, V v, char* p, int64_t step, int64_t j, size_t 
   }
 }
 
+// True when every leaf of the tree is stored as the lane type L (so a row can be dense).
+template <class L, class E>
+struct stores_lane : std::false_type {};
+template <class L>
+struct stores_lane<L, Leaf<L>> : std::true_type {};
+template <class L, class T>
+struct stores_lane<L, Scalar<T>> : std::true_type {};
+template <class L, class Op, class... A>
+struct stores_lane<L, Map<Op, A...>> : std::bool_constant<(stores_lane<L, A>::value && ...)> {};
+
 template <class Dst, class E, class C>
 HWY_INLINE void simd_segment(const E& e, char* dst, int64_t dstep, const C& c, int64_t j, int64_t end) {
   const hn::ScalableTag<typename simd_plan<E>::lane> d;
   const int64_t lanes = int64_t(hn::Lanes(d));
-  for (; j + lanes <= end; j += lanes) store_vector<Dst>(d, simd_eval<0>(e, d, c, j, size_t(lanes)), dst, dstep, j, size_t(lanes));
+  if constexpr (C::dense) {
+    for (; j + lanes <= end; j += lanes) hn::StoreU(simd_eval<0>(e, d, c, j, size_t(lanes)), d, reinterpret_cast<Dst*>(dst) + j);
+  } else {
+    for (; j + lanes <= end; j += lanes) store_vector<Dst>(d, simd_eval<0>(e, d, c, j, size_t(lanes)), dst, dstep, j, size_t(lanes));
+  }
   if (j < end) store_vector<Dst>(d, simd_eval<0>(e, d, c, j, size_t(end - j)), dst, dstep, j, size_t(end - j));
 }
 
@@ -288,12 +320,26 @@ template <class E>
 void assign(const E& e, const TensorImpl& dst) {
   using Dst = typename E::value_type;
   auto plan = make_plan(e, dst);
+  constexpr int plan_ops = leaf_count_v<E> + 1;
   const int64_t dstep = plan.step[0][plan.rank - 1];
   constexpr int64_t cost = tree_traits<E>::cost + 1;
   parallel_for(plan.numel(), cost, 64, [&](int64_t begin, int64_t end) {
     for_each_row(plan, begin, end, [&](char* out, const auto& c, int64_t j, int64_t stop) {
       if constexpr (is_simd_v<E>) {
-        kiln::HWY_NAMESPACE::simd_segment<Dst>(e, out, dstep, c, j, stop);
+        namespace kh = kiln::HWY_NAMESPACE;
+        using L = typename kh::simd_plan<E>::lane;
+        if constexpr (std::is_same_v<Dst, L> && kh::stores_lane<L, E>::value) {
+          bool dense = dstep == int64_t(sizeof(L));
+          for (int k = 0; k + 1 < plan_ops; ++k) dense &= c.step[k] == int64_t(sizeof(L));
+          if (dense) {
+            RowCursor<plan_ops - 1, true> dc;
+            std::copy(std::begin(c.ptr), std::end(c.ptr), dc.ptr);
+            std::copy(std::begin(c.step), std::end(c.step), dc.step);
+            kh::simd_segment<Dst>(e, out, dstep, dc, j, stop);
+            return;
+          }
+        }
+        kh::simd_segment<Dst>(e, out, dstep, c, j, stop);
       } else {
         for (; j < stop; ++j) store_value<Dst>(out + j * dstep, scalar_eval<0>(e, c, j));
       }

@@ -21,7 +21,7 @@ struct Add : SameTypeOp {
     else return a + b;
   }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_integral_v<L>;
-  template <class D, class V> static V simd(D, V a, V b) { return hn::Add(a, b); }
+  template <class D, class V> HWY_INLINE static V simd(D, V a, V b) { return hn::Add(a, b); }
   static constexpr std::string_view cuda = "($0 + $1)";
   static auto grad(auto, auto, auto, auto g) { return std::tuple{g, g}; }
 };
@@ -35,7 +35,7 @@ struct Sub : SameTypeOp {
     else return a - b;
   }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_integral_v<L>;
-  template <class D, class V> static V simd(D, V a, V b) { return hn::Sub(a, b); }
+  template <class D, class V> HWY_INLINE static V simd(D, V a, V b) { return hn::Sub(a, b); }
   static constexpr std::string_view cuda = "($0 - $1)";
   static auto grad(auto, auto, auto, auto g) { return std::tuple{g, -g}; }
 };
@@ -49,7 +49,7 @@ struct Mul : SameTypeOp {
     else return a * b;
   }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || int_simd<L>;
-  template <class D, class V> static V simd(D, V a, V b) { return hn::Mul(a, b); }
+  template <class D, class V> HWY_INLINE static V simd(D, V a, V b) { return hn::Mul(a, b); }
   static constexpr std::string_view cuda = "($0 * $1)";
   static auto grad(auto a, auto b, auto, auto g) { return std::tuple{g * b, g * a}; }
 };
@@ -69,7 +69,7 @@ struct Div : SameTypeOp {
       return a / b;
     }
   }
-  template <class D, class V> static V simd(D, V a, V b) { return hn::Div(a, b); }
+  template <class D, class V> HWY_INLINE static V simd(D, V a, V b) { return hn::Div(a, b); }
   static constexpr std::string_view cuda = "($0 / $1)";
   static auto grad(auto a, auto b, auto, auto g) { return std::tuple{g / b, -g * a / (b * b)}; }
 };
@@ -80,7 +80,7 @@ struct Pow : FloatOp {
   static constexpr OpInfo info{.cost = 40, .lo = 0, .hi = 20, .max_ulp = 8};
   template <class T> static T scalar(T a, T b) { return std::pow(a, b); }
   template <class L> static constexpr bool simd_for = km::kHasPow<L>;
-  template <class D, class V> static V simd(D d, V a, V b) { return km::Pow(d, a, b); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V a, V b) { return km::Pow(d, a, b); }
   static constexpr std::string_view cuda = "pow($0, $1)";
   // As PyTorch: zero where the exponent is 0 (base grad) or the base is 0 with exponent >= 0.
   static auto grad(auto a, auto b, auto y, auto g) {
@@ -99,7 +99,7 @@ struct Minimum : SameTypeOp {
     return b < a ? b : a;
   }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || int_simd<L>;
-  template <class D, class V> static V simd(D, V a, V b) {
+  template <class D, class V> HWY_INLINE static V simd(D, V a, V b) {
     if constexpr (std::is_floating_point_v<hn::TFromV<V>>)
       return hn::IfThenElse(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Add(a, b), hn::Min(a, b));
     else return hn::Min(a, b);
@@ -119,7 +119,7 @@ struct Maximum : SameTypeOp {
     return a < b ? b : a;
   }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || int_simd<L>;
-  template <class D, class V> static V simd(D, V a, V b) {
+  template <class D, class V> HWY_INLINE static V simd(D, V a, V b) {
     if constexpr (std::is_floating_point_v<hn::TFromV<V>>)
       return hn::IfThenElse(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Add(a, b), hn::Max(a, b));
     else return hn::Max(a, b);
@@ -134,16 +134,16 @@ struct Maximum : SameTypeOp {
 // floats would be wrong on NaN).
 // hn::Ne on floats is an ordered compare (false when either is NaN); != is true there.
 template <class V>
-auto ne_simd(V a, V b) {
+HWY_INLINE auto ne_simd(V a, V b) {
   return hn::Not(hn::Eq(a, b));
 }
 template <class V>
-auto le_simd(V a, V b) {
+HWY_INLINE auto le_simd(V a, V b) {
   if constexpr (std::is_floating_point_v<hn::TFromV<V>>) return hn::Le(a, b);
   else return hn::Not(hn::Gt(a, b));
 }
 template <class V>
-auto ge_simd(V a, V b) {
+HWY_INLINE auto ge_simd(V a, V b) {
   if constexpr (std::is_floating_point_v<hn::TFromV<V>>) return hn::Ge(a, b);
   else return hn::Not(hn::Lt(a, b));
 }
@@ -154,7 +154,7 @@ auto ge_simd(V a, V b) {
     static constexpr int arity = 2;                                                 \
     static constexpr OpInfo info{.cost = 1};                                        \
     template <class T> static bool scalar(T a, T b) { return expr; }                \
-    template <class D, class V> static auto simd(D, V a, V b) { return hwy_op(a, b); } \
+    template <class D, class V> HWY_INLINE static auto simd(D, V a, V b) { return hwy_op(a, b); } \
     static constexpr std::string_view cuda = cuda_src;                              \
   };
 KILN_COMPARE_OP(Eq, "eq", a == b, hn::Eq, "($0 == $1)")
@@ -170,7 +170,7 @@ struct LogicalAnd : LogicalOp {
   static constexpr int arity = 2;
   static constexpr OpInfo info{.cost = 1};
   static bool scalar(bool a, bool b) { return a && b; }
-  template <class D, class M> static M simd(D, M a, M b) { return hn::And(a, b); }
+  template <class D, class M> HWY_INLINE static M simd(D, M a, M b) { return hn::And(a, b); }
   static constexpr std::string_view cuda = "($0 && $1)";
 };
 
@@ -179,7 +179,7 @@ struct LogicalOr : LogicalOp {
   static constexpr int arity = 2;
   static constexpr OpInfo info{.cost = 1};
   static bool scalar(bool a, bool b) { return a || b; }
-  template <class D, class M> static M simd(D, M a, M b) { return hn::Or(a, b); }
+  template <class D, class M> HWY_INLINE static M simd(D, M a, M b) { return hn::Or(a, b); }
   static constexpr std::string_view cuda = "($0 || $1)";
 };
 
@@ -188,7 +188,7 @@ struct LogicalXor : LogicalOp {
   static constexpr int arity = 2;
   static constexpr OpInfo info{.cost = 1};
   static bool scalar(bool a, bool b) { return a != b; }
-  template <class D, class M> static M simd(D, M a, M b) { return hn::Xor(a, b); }
+  template <class D, class M> HWY_INLINE static M simd(D, M a, M b) { return hn::Xor(a, b); }
   static constexpr std::string_view cuda = "($0 != $1)";
 };
 
@@ -206,7 +206,7 @@ struct Where {
   }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_integral_v<L>;
   template <class T> static T scalar(bool c, T a, T b) { return c ? a : b; }
-  template <class D, class M, class V> static V simd(D, M c, V a, V b) { return hn::IfThenElse(c, a, b); }
+  template <class D, class M, class V> HWY_INLINE static V simd(D, M c, V a, V b) { return hn::IfThenElse(c, a, b); }
   static constexpr std::string_view cuda = "($0 ? $1 : $2)";
   static auto grad(auto c, auto, auto, auto, auto g) { return std::tuple{no_grad, where(c, g, 0), where(c, 0, g)}; }
 };

@@ -28,7 +28,7 @@ struct Neg : SameTypeOp {
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { return wrapping_neg(x); }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_same_v<L, int32_t>;
-  template <class D, class V> static V simd(D, V x) { return hn::Neg(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Neg(x); }
   static constexpr std::string_view cuda = "(-$0)";
   static auto grad(auto, auto, auto g) { return -g; }
 };
@@ -39,7 +39,7 @@ struct Abs : SameTypeOp {
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { return x < T(0) ? wrapping_neg(x) : (x == T(0) ? T(0) : x); }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_same_v<L, int32_t>;
-  template <class D, class V> static V simd(D, V x) { return hn::Abs(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Abs(x); }
   static constexpr std::string_view cuda = "abs($0)";
   static auto grad(auto x, auto, auto g) { return g * sign(x); }
 };
@@ -50,7 +50,7 @@ struct Square : SameTypeOp {
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { return T(x * x); }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_same_v<L, int32_t>;
-  template <class D, class V> static V simd(D, V x) { return hn::Mul(x, x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Mul(x, x); }
   static constexpr std::string_view cuda = "($0 * $0)";
   static auto grad(auto x, auto, auto g) { return g * x * 2; }
 };
@@ -61,7 +61,7 @@ struct Sign : SameTypeOp {
   static constexpr OpInfo info{.cost = 2};
   // NaN passes through (std::-style propagation); zero keeps its sign.
   template <class T> static T scalar(T x) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x); }
-  template <class D, class V> static V simd(D d, V x) {
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) {
     const V zero = hn::Zero(d);
     return hn::IfThenElse(hn::Gt(x, zero), hn::Set(d, hn::TFromD<D>(1)), hn::IfThenElse(hn::Lt(x, zero), hn::Set(d, hn::TFromD<D>(-1)), x));
   }
@@ -75,7 +75,7 @@ struct Relu : SameTypeOp {
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { return x < T(0) ? T(0) : x; }  // NaN passes through
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_same_v<L, int32_t>;
-  template <class D, class V> static V simd(D d, V x) { return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x); }
   static constexpr std::string_view cuda = "(($0 < 0) ? 0 : $0)";
   static auto grad(auto x, auto, auto g) { return where(x > 0, g, 0); }
 };
@@ -85,7 +85,7 @@ struct Reciprocal : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 4, .lo = -1e4, .hi = 1e4, .max_ulp = 0};
   template <class T> static T scalar(T x) { return T(1) / x; }
-  template <class D, class V> static V simd(D d, V x) { return hn::Div(hn::Set(d, hn::TFromD<D>(1)), x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return hn::Div(hn::Set(d, hn::TFromD<D>(1)), x); }
   static constexpr std::string_view cuda = "(1 / $0)";
   static auto grad(auto, auto y, auto g) { return -g * y * y; }
 };
@@ -95,7 +95,7 @@ struct Sqrt : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 4, .lo = 0, .hi = 1e6, .max_ulp = 0};
   template <class T> static T scalar(T x) { return std::sqrt(x); }
-  template <class D, class V> static V simd(D, V x) { return hn::Sqrt(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Sqrt(x); }
   static constexpr std::string_view cuda = "sqrt($0)";
   static auto grad(auto, auto y, auto g) { return g / (y * 2); }
 };
@@ -105,7 +105,7 @@ struct Rsqrt : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 8, .lo = 0, .hi = 1e6, .max_ulp = 1};
   template <class T> static T scalar(T x) { return T(1) / std::sqrt(x); }
-  template <class D, class V> static V simd(D d, V x) { return hn::Div(hn::Set(d, hn::TFromD<D>(1)), hn::Sqrt(x)); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return hn::Div(hn::Set(d, hn::TFromD<D>(1)), hn::Sqrt(x)); }
   static constexpr std::string_view cuda = "rsqrt($0)";
   static auto grad(auto, auto y, auto g) { return g * y * y * y * -0.5; }
 };
@@ -115,7 +115,7 @@ struct Exp : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 16, .lo = -87, .hi = 88, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::exp(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Exp(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Exp(d, x); }
   static constexpr std::string_view cuda = "exp($0)";
   static auto grad(auto, auto y, auto g) { return g * y; }
 };
@@ -125,7 +125,7 @@ struct Exp2 : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 16, .lo = -125, .hi = 127, .max_ulp = 2};
   template <class T> static T scalar(T x) { return std::exp2(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Exp2(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Exp2(d, x); }
   static constexpr std::string_view cuda = "exp2($0)";
   static auto grad(auto, auto y, auto g) { return g * y * std::numbers::ln2; }
 };
@@ -135,7 +135,7 @@ struct Expm1 : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 20, .lo = -87, .hi = 88, .max_ulp = 4};
   template <class T> static T scalar(T x) { return std::expm1(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Expm1(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Expm1(d, x); }
   static constexpr std::string_view cuda = "expm1($0)";
   static auto grad(auto, auto y, auto g) { return g * (y + 1); }
 };
@@ -145,7 +145,7 @@ struct Log : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 16, .lo = 1e-30, .hi = 1e30, .max_ulp = 4};
   template <class T> static T scalar(T x) { return std::log(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Log(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Log(d, x); }
   static constexpr std::string_view cuda = "log($0)";
   static auto grad(auto x, auto, auto g) { return g / x; }
 };
@@ -155,7 +155,7 @@ struct Log2 : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 16, .lo = 1e-30, .hi = 1e30, .max_ulp = 2};
   template <class T> static T scalar(T x) { return std::log2(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Log2(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Log2(d, x); }
   static constexpr std::string_view cuda = "log2($0)";
   static auto grad(auto x, auto, auto g) { return g / (x * std::numbers::ln2); }
 };
@@ -165,7 +165,7 @@ struct Log1p : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 20, .lo = -0.999, .hi = 1e30, .max_ulp = 2};
   template <class T> static T scalar(T x) { return std::log1p(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Log1p(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Log1p(d, x); }
   static constexpr std::string_view cuda = "log1p($0)";
   static auto grad(auto x, auto, auto g) { return g / (x + 1); }
 };
@@ -176,7 +176,7 @@ struct Sin : FloatOp {
   // Highway's reduction is valid in [-39000, 39000]; beyond it the SIMD form is inaccurate.
   static constexpr OpInfo info{.cost = 20, .lo = -39000, .hi = 39000, .max_ulp = 3};
   template <class T> static T scalar(T x) { return std::sin(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Sin(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Sin(d, x); }
   static constexpr std::string_view cuda = "sin($0)";
   static auto grad(auto x, auto, auto g) { return g * cos(x); }
 };
@@ -186,7 +186,7 @@ struct Cos : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 20, .lo = -39000, .hi = 39000, .max_ulp = 3};
   template <class T> static T scalar(T x) { return std::cos(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Cos(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Cos(d, x); }
   static constexpr std::string_view cuda = "cos($0)";
   static auto grad(auto x, auto, auto g) { return -(g * sin(x)); }
 };
@@ -196,7 +196,7 @@ struct Tan : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 40, .lo = -1.5, .hi = 1.5, .max_ulp = 4};
   template <class T> static T scalar(T x) { return std::tan(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Tan(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Tan(d, x); }
   static constexpr std::string_view cuda = "tan($0)";
   static auto grad(auto, auto y, auto g) { return g * (y * y + 1); }
 };
@@ -206,7 +206,7 @@ struct Tanh : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 20, .lo = -20, .hi = 20, .max_ulp = 4};
   template <class T> static T scalar(T x) { return std::tanh(x); }
-  template <class D, class V> static V simd(D d, V x) { return km::Tanh(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Tanh(d, x); }
   static constexpr std::string_view cuda = "tanh($0)";
   static auto grad(auto, auto y, auto g) { return g * (1 - y * y); }
 };
@@ -216,7 +216,7 @@ struct Sigmoid : FloatOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 20, .lo = -80, .hi = 80, .max_ulp = 4};
   template <class T> static T scalar(T x) { return T(1) / (T(1) + std::exp(-x)); }
-  template <class D, class V> static V simd(D d, V x) { return km::Sigmoid(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Sigmoid(d, x); }
   static constexpr std::string_view cuda = "(1 / (1 + exp(-($0))))";
   static auto grad(auto, auto y, auto g) { return g * y * (1 - y); }
 };
@@ -227,7 +227,7 @@ struct Softplus : FloatOp {
   static constexpr OpInfo info{.cost = 36, .lo = -80, .hi = 80, .max_ulp = 4};
   // PyTorch's definition (beta 1, threshold 20): linear above the threshold.
   template <class T> static T scalar(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }
-  template <class D, class V> static V simd(D d, V x) { return km::Softplus(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Softplus(d, x); }
   static constexpr std::string_view cuda = "(($0 > 20) ? $0 : log1p(exp($0)))";
   static auto grad(auto x, auto, auto g) { return where(x > 20, g, g * sigmoid(x)); }
 };
@@ -238,7 +238,7 @@ struct Erf : FloatOp {
   static constexpr OpInfo info{.cost = 24, .lo = -6, .hi = 6, .max_ulp = 4};
   template <class T> static T scalar(T x) { return std::erf(x); }
   template <class L> static constexpr bool simd_for = km::kHasErf<L>;
-  template <class D, class V> static V simd(D d, V x) { return km::Erf(d, x); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Erf(d, x); }
   static constexpr std::string_view cuda = "erf($0)";
   static auto grad(auto x, auto, auto g) { return g * exp(-(x * x)) * (2 / std::sqrt(std::numbers::pi)); }
 };
@@ -249,7 +249,7 @@ struct Floor : SameTypeOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::floor(x); }
-  template <class D, class V> static V simd(D, V x) { return hn::Floor(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Floor(x); }
   static constexpr std::string_view cuda = "floor($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
@@ -259,7 +259,7 @@ struct Ceil : SameTypeOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::ceil(x); }
-  template <class D, class V> static V simd(D, V x) { return hn::Ceil(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Ceil(x); }
   static constexpr std::string_view cuda = "ceil($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
@@ -270,7 +270,7 @@ struct Round : SameTypeOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::nearbyint(x); }
-  template <class D, class V> static V simd(D, V x) { return hn::Round(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Round(x); }
   static constexpr std::string_view cuda = "rint($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
@@ -283,7 +283,7 @@ struct ZerosLike : SameTypeOp {
   static constexpr OpInfo info{.cost = 0};
   template <class T> static T scalar(T) { return T(0); }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_same_v<L, int32_t>;
-  template <class D, class V> static V simd(D d, V) { return hn::Zero(d); }
+  template <class D, class V> HWY_INLINE static V simd(D d, V) { return hn::Zero(d); }
   static constexpr std::string_view cuda = "0";
 };
 
@@ -292,7 +292,7 @@ struct LogicalNot : LogicalOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 1};
   static bool scalar(bool x) { return !x; }
-  template <class D, class M> static M simd(D, M m) { return hn::Not(m); }
+  template <class D, class M> HWY_INLINE static M simd(D, M m) { return hn::Not(m); }
   static constexpr std::string_view cuda = "(!$0)";
 };
 
