@@ -283,7 +283,9 @@ void fill_randint(Generator& gen, T* out, std::int64_t n, std::int64_t low, std:
     throw std::invalid_argument("fill_randint: expected low < high, got [" + std::to_string(low) + ", " +
                                 std::to_string(high) + ")");
   if constexpr (std::is_integral_v<T>) {
-    if (std::cmp_less(low, std::numeric_limits<T>::min()) || std::cmp_greater(high - 1, std::numeric_limits<T>::max()))
+    // (Compared as int64 rather than with std::cmp_less, which rejects bool.)
+    using Limits = std::numeric_limits<T>;
+    if (low < static_cast<std::int64_t>(Limits::min()) || high - 1 > static_cast<std::int64_t>(Limits::max()))
       throw std::invalid_argument("fill_randint: range [" + std::to_string(low) + ", " + std::to_string(high) +
                                   ") does not fit the element type");
   }

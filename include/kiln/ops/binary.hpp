@@ -77,7 +77,7 @@ struct Div : SameTypeOp {
 struct Pow : FloatOp {
   static constexpr std::string_view name = "pow";
   static constexpr int arity = 2;
-  static constexpr OpInfo info{.cost = 40, .lo = 0, .hi = 20, .max_ulp = 8};
+  static constexpr OpInfo info{.cost = 40, .lo = 0, .hi = 20, .max_ulp = 1};
   template <class T> static T scalar(T a, T b) { return std::pow(a, b); }
   template <class L> static constexpr bool simd_for = km::kHasPow<L>;
   template <class D, class V> HWY_INLINE static V simd(D d, V a, V b) { return km::Pow(d, a, b); }

@@ -123,7 +123,7 @@ struct Exp : FloatOp {
 struct Exp2 : FloatOp {
   static constexpr std::string_view name = "exp2";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 16, .lo = -125, .hi = 127, .max_ulp = 2};
+  static constexpr OpInfo info{.cost = 16, .lo = -125, .hi = 127, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::exp2(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Exp2(d, x); }
   static constexpr std::string_view cuda = "exp2($0)";
@@ -133,7 +133,7 @@ struct Exp2 : FloatOp {
 struct Expm1 : FloatOp {
   static constexpr std::string_view name = "expm1";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 20, .lo = -87, .hi = 88, .max_ulp = 4};
+  static constexpr OpInfo info{.cost = 20, .lo = -87, .hi = 88, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::expm1(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Expm1(d, x); }
   static constexpr std::string_view cuda = "expm1($0)";
@@ -143,7 +143,7 @@ struct Expm1 : FloatOp {
 struct Log : FloatOp {
   static constexpr std::string_view name = "log";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 16, .lo = 1e-30, .hi = 1e30, .max_ulp = 4};
+  static constexpr OpInfo info{.cost = 16, .lo = 1e-30, .hi = 1e30, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::log(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Log(d, x); }
   static constexpr std::string_view cuda = "log($0)";
@@ -153,7 +153,7 @@ struct Log : FloatOp {
 struct Log2 : FloatOp {
   static constexpr std::string_view name = "log2";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 16, .lo = 1e-30, .hi = 1e30, .max_ulp = 2};
+  static constexpr OpInfo info{.cost = 16, .lo = 1e-30, .hi = 1e30, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::log2(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Log2(d, x); }
   static constexpr std::string_view cuda = "log2($0)";
@@ -163,7 +163,7 @@ struct Log2 : FloatOp {
 struct Log1p : FloatOp {
   static constexpr std::string_view name = "log1p";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 20, .lo = -0.999, .hi = 1e30, .max_ulp = 2};
+  static constexpr OpInfo info{.cost = 20, .lo = -0.999, .hi = 1e30, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::log1p(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Log1p(d, x); }
   static constexpr std::string_view cuda = "log1p($0)";
@@ -174,7 +174,7 @@ struct Sin : FloatOp {
   static constexpr std::string_view name = "sin";
   static constexpr int arity = 1;
   // Highway's reduction is valid in [-39000, 39000]; beyond it the SIMD form is inaccurate.
-  static constexpr OpInfo info{.cost = 20, .lo = -39000, .hi = 39000, .max_ulp = 3};
+  static constexpr OpInfo info{.cost = 20, .lo = -39000, .hi = 39000, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::sin(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Sin(d, x); }
   static constexpr std::string_view cuda = "sin($0)";
@@ -184,7 +184,7 @@ struct Sin : FloatOp {
 struct Cos : FloatOp {
   static constexpr std::string_view name = "cos";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 20, .lo = -39000, .hi = 39000, .max_ulp = 3};
+  static constexpr OpInfo info{.cost = 20, .lo = -39000, .hi = 39000, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::cos(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Cos(d, x); }
   static constexpr std::string_view cuda = "cos($0)";
@@ -194,7 +194,7 @@ struct Cos : FloatOp {
 struct Tan : FloatOp {
   static constexpr std::string_view name = "tan";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 40, .lo = -1.5, .hi = 1.5, .max_ulp = 4};
+  static constexpr OpInfo info{.cost = 40, .lo = -39000, .hi = 39000, .max_ulp = 2};
   template <class T> static T scalar(T x) { return std::tan(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Tan(d, x); }
   static constexpr std::string_view cuda = "tan($0)";
@@ -204,7 +204,7 @@ struct Tan : FloatOp {
 struct Tanh : FloatOp {
   static constexpr std::string_view name = "tanh";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 20, .lo = -20, .hi = 20, .max_ulp = 4};
+  static constexpr OpInfo info{.cost = 20, .lo = -20, .hi = 20, .max_ulp = 2};
   template <class T> static T scalar(T x) { return std::tanh(x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Tanh(d, x); }
   static constexpr std::string_view cuda = "tanh($0)";
@@ -214,7 +214,7 @@ struct Tanh : FloatOp {
 struct Sigmoid : FloatOp {
   static constexpr std::string_view name = "sigmoid";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 20, .lo = -80, .hi = 80, .max_ulp = 4};
+  static constexpr OpInfo info{.cost = 20, .lo = -80, .hi = 80, .max_ulp = 2};
   template <class T> static T scalar(T x) { return T(1) / (T(1) + std::exp(-x)); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Sigmoid(d, x); }
   static constexpr std::string_view cuda = "(1 / (1 + exp(-($0))))";
@@ -224,7 +224,7 @@ struct Sigmoid : FloatOp {
 struct Softplus : FloatOp {
   static constexpr std::string_view name = "softplus";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 36, .lo = -80, .hi = 80, .max_ulp = 4};
+  static constexpr OpInfo info{.cost = 36, .lo = -80, .hi = 80, .max_ulp = 1};
   // PyTorch's definition (beta 1, threshold 20): linear above the threshold.
   template <class T> static T scalar(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Softplus(d, x); }
@@ -235,7 +235,7 @@ struct Softplus : FloatOp {
 struct Erf : FloatOp {
   static constexpr std::string_view name = "erf";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 24, .lo = -6, .hi = 6, .max_ulp = 4};
+  static constexpr OpInfo info{.cost = 24, .lo = -6, .hi = 6, .max_ulp = 1};
   template <class T> static T scalar(T x) { return std::erf(x); }
   template <class L> static constexpr bool simd_for = km::kHasErf<L>;
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Erf(d, x); }
@@ -243,13 +243,14 @@ struct Erf : FloatOp {
   static auto grad(auto x, auto, auto g) { return g * exp(-(x * x)) * (2 / std::sqrt(std::numbers::pi)); }
 };
 
-// Rounding: piecewise constant, so the gradient is zero (as PyTorch's).
+// Rounding: piecewise constant, so the gradient is zero (as PyTorch's). Rounding never changes the
+// sign, so CopySign restores the zero signs that Highway 1.0.3's SCALAR and SSSE3 forms lose.
 struct Floor : SameTypeOp {
   static constexpr std::string_view name = "floor";
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::floor(x); }
-  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Floor(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::CopySign(hn::Floor(x), x); }
   static constexpr std::string_view cuda = "floor($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
@@ -259,7 +260,7 @@ struct Ceil : SameTypeOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::ceil(x); }
-  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Ceil(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::CopySign(hn::Ceil(x), x); }
   static constexpr std::string_view cuda = "ceil($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
@@ -270,7 +271,7 @@ struct Round : SameTypeOp {
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::nearbyint(x); }
-  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Round(x); }
+  template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::CopySign(hn::Round(x), x); }
   static constexpr std::string_view cuda = "rint($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };

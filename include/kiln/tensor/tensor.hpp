@@ -3,6 +3,7 @@
 // `t = expr` rebinds t to a newly computed tensor; writing into existing memory is explicit
 // (copy_, +=, fill_, an assignment to a view such as `t.select(0, 1) = expr`).
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -14,6 +15,9 @@ namespace kiln {
 
 template <Dtype T = float>
 class Tensor;
+namespace indexing {
+class TensorIndex;
+}
 
 namespace detail {
 std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<TensorImpl>& dst, const char* op);
@@ -52,7 +56,7 @@ class Tensor {
   template <Expression E>
   Tensor& operator=(const E& expr) && { return copy_(expr); }
   template <class S>
-    requires std::is_arithmetic_v<S>
+    requires std::is_arithmetic_v<S> || std::is_same_v<S, bfloat16>
   Tensor& operator=(S value) && { return fill_(value); }
 
   // ---- metadata --------------------------------------------------------------------------------
@@ -86,9 +90,10 @@ class Tensor {
 
   // ---- in place --------------------------------------------------------------------------------
   // Writes src (broadcast to this shape) into this tensor's memory; correct when they overlap.
-  template <OperandOrScalar S>
+  template <class S>
+    requires OperandOrScalar<S> || std::is_same_v<S, bfloat16>
   Tensor& copy_(const S& src) {
-    if constexpr (std::is_arithmetic_v<S>) {
+    if constexpr (!Operand<S>) {
       return fill_(src);
     } else {
       const auto node = detail::to_node<T>(src);
@@ -134,6 +139,10 @@ class Tensor {
   Tensor squeeze(int64_t d) const;
   Tensor expand(const Shape& new_shape) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  // t.index({Slice(), 0, None}) and t.index_put_({...}, value), as libtorch's (tensor/indexing.hpp).
+  Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
+  template <OperandOrScalar S>
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const S& value);
 
  private:
   const std::shared_ptr<TensorImpl>& checked() const {
