@@ -41,19 +41,21 @@ void parallel_for(int64_t total, int64_t cost_per_element, int64_t align, F&& f)
   } else {
     threads = 1;
   }
-  if (threads == 1) {
-    f(int64_t(0), total);
-    return;
-  }
+  // One call site for f (the if clause runs the region on this thread alone): the kernel is
+  // compiled once, not once for a serial path and once for the parallel one.
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
+#endif
   {
+#ifdef _OPENMP
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    const int64_t t = 0, nt = 1;
+#endif
     const int64_t per = (total / nt / align + 1) * align;
     const int64_t begin = std::min(total, t * per), end = std::min(total, begin + per);
     if (begin < end) f(begin, end);
   }
-#endif
 }
 
 }  // namespace cpu

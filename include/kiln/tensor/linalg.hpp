@@ -1,0 +1,194 @@
+#pragma once
+// Matrix products with torch's names and rules: matmul (1-D, 2-D and batched with broadcast batch
+// dims), mm, bmm, mv, dot. They run through kiln::cpu::gemm / gemm_batched on the tensors' own
+// strides, so transposed and other views with a unit stride in one of the two matrix dims reach
+// Eigen without a copy. An expression operand is materialized first. Kept out of the elementwise
+// headers: Eigen's product is the most expensive thing kiln compiles.
+#include "kiln/cpu/gemm.hpp"
+#include "kiln/tensor/tensor.hpp"
+#include "kiln/tensor/views.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+template <class T>
+constexpr void require_gemm_dtype() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
+                    std::is_same_v<T, int64_t>,
+                "kiln: matmul, mm, bmm, mv and dot take float, double, int32 or int64 tensors; convert with .to<T>()");
+}
+
+template <Operand X>
+auto matmul_operand(const X& x) {
+  if constexpr (TensorHandle<X>) return x;
+  else return Tensor<typename X::value_type>(x);
+}
+
+[[noreturn]] inline void throw_mismatch(const char* op, const Shape& a, const Shape& b, int64_t ka, int64_t kb) {
+  throw ShapeError(cat(op, ": shapes ", a, " and ", b, " cannot be multiplied (", ka, " != ", kb, ")"));
+}
+
+// c[batch..., M, N] = a[..., M, K] * b[..., K, N], where a's and b's batch dims broadcast to c's
+// (c is contiguous and freshly allocated).
+template <class T>
+void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) {
+  const int rank = c.dim();
+  const int nb = rank - 2;
+  const int64_t M = c.size(-2), N = c.size(-1), K = a.size(-1);
+  if (c.numel() == 0) return;
+  const Shape cs = c.shape();
+  Shape bshape;
+  for (int i = 0; i < nb; ++i) bshape.push_back(cs[i]);
+  const Strides as = broadcast_strides(a.shape(), a.strides(), cs);
+  const Strides bs = broadcast_strides(b.shape(), b.strides(), cs);
+  const Strides ct = c.strides();
+  const int64_t a_rs = as[nb], a_cs = as[nb + 1], b_rs = bs[nb], b_cs = bs[nb + 1];
+  const int64_t c_rs = ct[nb], c_cs = ct[nb + 1];
+  // Batch dims, size-1 dims dropped and neighbours merged where all three operands allow.
+  int64_t shape[kMaxRank], st[3][kMaxRank];
+  int n = 0;
+  for (int i = 0; i < nb; ++i) {
+    if (bshape[i] == 1) continue;
+    const int64_t s[3] = {as[i], bs[i], ct[i]};
+    if (n > 0 && st[0][n - 1] == s[0] * bshape[i] && st[1][n - 1] == s[1] * bshape[i] &&
+        st[2][n - 1] == s[2] * bshape[i]) {
+      shape[n - 1] *= bshape[i];
+      for (int k = 0; k < 3; ++k) st[k][n - 1] = s[k];
+      continue;
+    }
+    shape[n] = bshape[i];
+    for (int k = 0; k < 3; ++k) st[k][n] = s[k];
+    ++n;
+  }
+  const T* A = a.data_ptr();
+  const T* B = b.data_ptr();
+  T* C = c.data_ptr();
+  if (n == 0) {
+    cpu::gemm<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs);
+    return;
+  }
+  // One batch dim over a shared B with A's rows evenly spaced across it: one tall product.
+  if (n == 1 && st[1][0] == 0 && (M == 1 || st[0][0] == M * a_rs) && st[2][0] == M * c_rs) {
+    cpu::gemm<T>(shape[0] * M, N, K, A, M == 1 ? st[0][0] : a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs);
+    return;
+  }
+  // The innermost batch dim goes to gemm_batched, the others loop.
+  const int64_t outer = [&] {
+    int64_t o = 1;
+    for (int i = 0; i + 1 < n; ++i) o *= shape[i];
+    return o;
+  }();
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off[3] = {0, 0, 0}, rest = o;
+    for (int i = n - 2; i >= 0; --i) {
+      const int64_t idx = rest % shape[i];
+      rest /= shape[i];
+      for (int k = 0; k < 3; ++k) off[k] += idx * st[k][i];
+    }
+    cpu::gemm_batched<T>(shape[n - 1], M, N, K, A + off[0], st[0][n - 1], a_rs, a_cs, B + off[1], st[1][n - 1], b_rs,
+                         b_cs, C + off[2], st[2][n - 1], c_rs, c_cs);
+  }
+}
+
+}  // namespace detail
+
+// torch.matmul: 1-D x 1-D is a dot product (0-dim result); a 1-D first operand is a row vector and
+// a 1-D second operand a column vector, their added dim removed from the result; otherwise the
+// last two dims multiply as matrices and the leading (batch) dims broadcast.
+template <Operand X, Operand Y>
+auto matmul(const X& x, const Y& y) {
+  using T = typename X::value_type;
+  static_assert(std::is_same_v<T, typename Y::value_type>,
+                "kiln: operands of matmul have different dtypes; convert one with .to<T>()");
+  detail::require_gemm_dtype<T>();
+  const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
+  const int da = a.dim(), db = b.dim();
+  if (da == 0 || db == 0)
+    throw ShapeError(detail::cat("matmul: both arguments need at least 1 dim, got shapes ", a.shape(), " and ",
+                                 b.shape()));
+  const Tensor<T> a2 = da == 1 ? a.unsqueeze(0) : a;
+  const Tensor<T> b2 = db == 1 ? b.unsqueeze(1) : b;
+  const int64_t ka = a2.size(-1), kb = b2.size(-2);
+  if (ka != kb) detail::throw_mismatch("matmul", a.shape(), b.shape(), ka, kb);
+  Shape ba, bb;
+  for (int i = 0; i + 2 < a2.dim(); ++i) ba.push_back(a2.shape()[i]);
+  for (int i = 0; i + 2 < b2.dim(); ++i) bb.push_back(b2.shape()[i]);
+  Shape batch;
+  try {
+    batch = broadcast_shapes(ba, bb, "matmul");
+  } catch (const ShapeError&) {
+    throw ShapeError(detail::cat("matmul: shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied: batch dims ",
+                                 ba, " and ", bb, " cannot be broadcast"));
+  }
+  Shape cshape = batch;
+  cshape.push_back(a2.size(-2));
+  cshape.push_back(b2.size(-1));
+  Tensor<T> c(TensorImpl::allocate(cshape, scalar_type_of<T>(), "matmul"));
+  detail::batched_matmul(a2, b2, c);
+  Shape result = batch;
+  if (da > 1) result.push_back(a2.size(-2));
+  if (db > 1) result.push_back(b2.size(-1));
+  return c.view(result);
+}
+
+// [n, m] x [m, p] -> [n, p].
+template <Operand X, Operand Y>
+auto mm(const X& x, const Y& y) {
+  using T = typename X::value_type;
+  static_assert(std::is_same_v<T, typename Y::value_type>,
+                "kiln: operands of mm have different dtypes; convert one with .to<T>()");
+  detail::require_gemm_dtype<T>();
+  const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
+  if (a.dim() != 2 || b.dim() != 2)
+    throw ShapeError(detail::cat("mm: expects 2-D tensors, got shapes ", a.shape(), " and ", b.shape()));
+  if (a.size(1) != b.size(0)) detail::throw_mismatch("mm", a.shape(), b.shape(), a.size(1), b.size(0));
+  Tensor<T> c(TensorImpl::allocate({a.size(0), b.size(1)}, scalar_type_of<T>(), "mm"));
+  detail::batched_matmul(a, b, c);
+  return c;
+}
+
+// [b, n, m] x [b, m, p] -> [b, n, p] (no broadcasting, as torch.bmm).
+template <Operand X, Operand Y>
+auto bmm(const X& x, const Y& y) {
+  using T = typename X::value_type;
+  static_assert(std::is_same_v<T, typename Y::value_type>,
+                "kiln: operands of bmm have different dtypes; convert one with .to<T>()");
+  detail::require_gemm_dtype<T>();
+  const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
+  if (a.dim() != 3 || b.dim() != 3)
+    throw ShapeError(detail::cat("bmm: expects 3-D tensors, got shapes ", a.shape(), " and ", b.shape()));
+  if (a.size(0) != b.size(0))
+    throw ShapeError(detail::cat("bmm: shapes ", a.shape(), " and ", b.shape(), " have different batch sizes (",
+                                 a.size(0), " != ", b.size(0), ")"));
+  if (a.size(2) != b.size(1)) detail::throw_mismatch("bmm", a.shape(), b.shape(), a.size(2), b.size(1));
+  Tensor<T> c(TensorImpl::allocate({a.size(0), a.size(1), b.size(2)}, scalar_type_of<T>(), "bmm"));
+  detail::batched_matmul(a, b, c);
+  return c;
+}
+
+// [n, m] x [m] -> [n].
+template <Operand X, Operand Y>
+auto mv(const X& x, const Y& y) {
+  using T = typename X::value_type;
+  const Tensor<T> a = detail::matmul_operand(x);
+  const Tensor<typename Y::value_type> v = detail::matmul_operand(y);
+  if (a.dim() != 2 || v.dim() != 1)
+    throw ShapeError(detail::cat("mv: expects a 2-D and a 1-D tensor, got shapes ", a.shape(), " and ", v.shape()));
+  if (a.size(1) != v.size(0)) detail::throw_mismatch("mv", a.shape(), v.shape(), a.size(1), v.size(0));
+  return matmul(a, v);
+}
+
+// [n] . [n] -> 0-dim.
+template <Operand X, Operand Y>
+auto dot(const X& x, const Y& y) {
+  using T = typename X::value_type;
+  const Tensor<T> a = detail::matmul_operand(x);
+  const Tensor<typename Y::value_type> b = detail::matmul_operand(y);
+  if (a.dim() != 1 || b.dim() != 1)
+    throw ShapeError(detail::cat("dot: expects 1-D tensors, got shapes ", a.shape(), " and ", b.shape()));
+  if (a.size(0) != b.size(0)) detail::throw_mismatch("dot", a.shape(), b.shape(), a.size(0), b.size(0));
+  return matmul(a, b);
+}
+
+}  // namespace kiln

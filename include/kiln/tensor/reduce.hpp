@@ -1,0 +1,410 @@
+#pragma once
+// Reductions with libtorch's names: sum, mean, prod, max, min, amax, amin, argmax, argmin, var, std,
+// var_mean, std_mean, norm, logsumexp, all, any over all elements or a list of dims (keepdim),
+// and cumsum and topk along a dim. Each takes a Tensor or an expression; an expression is reduced
+// without being materialized (sum(a * b) is one pass). Float results accumulate in double and are
+// bitwise the same for any number of threads (see cpu/reduce.hpp).
+//
+//   sum(x)                       0-dim result        sum(x, {0, 2}, keepdim)   sum(x, -1)
+//   auto [values, indices] = max(x, 1);              max(a, b) is maximum(a, b), as torch.max
+//   var(x, {1}, /*correction=*/0, /*keepdim=*/true)  (a bool there reads as torch's `unbiased`)
+//
+// Result dtypes follow PyTorch: sum, prod and cumsum of integer or bool tensors give int64;
+// argmax / argmin and the indices of max / min / topk give int64; all / any give bool; mean, var,
+// std, norm and logsumexp need a floating-point input; max / min / amax / amin keep the dtype.
+// Empty reductions follow PyTorch too: sum 0, prod 1, mean / var NaN, logsumexp -inf, all true,
+// any false; max, min, argmax, argmin and the inf-norms throw (they have no identity).
+#include <concepts>
+#include <limits>
+#include <tuple>
+
+#include "kiln/cpu/reduce.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln {
+
+// An integer dim argument (a bool is not one: var(x, true) means unbiased, as in torch).
+template <class I>
+concept DimIndex = std::integral<I> && !std::same_as<I, bool>;
+
+namespace detail {
+
+// The dtype sum, prod and cumsum return: int64 for integers and bool, the input's dtype otherwise.
+template <class T>
+using sum_result_t = std::conditional_t<std::is_integral_v<T>, int64_t, T>;
+
+template <Operand X>
+auto reduce_node(const X& x) {
+  return to_node<typename X::value_type>(x);
+}
+
+struct Reduction {
+  uint32_t mask = 0;  // bit i: dim i is reduced
+  Shape out;          // result shape
+  int64_t count = 1;  // elements per result
+};
+
+// All dims: a 0-dim result, or all dims kept with size 1.
+inline Reduction reduce_all(const Shape& in, bool keepdim = false) {
+  Reduction r;
+  for (int i = 0; i < in.size(); ++i) {
+    r.mask |= 1u << i;
+    r.count *= in[i];
+    if (keepdim) r.out.push_back(1);
+  }
+  return r;
+}
+
+// The listed dims (negative ones count from the end); an empty list means all dims, as PyTorch.
+inline Reduction reduce_dims(const Shape& in, const Dims& dims, bool keepdim, const char* op) {
+  if (dims.empty()) return reduce_all(in, keepdim);
+  Reduction r;
+  for (int64_t d : dims) {
+    const int k = wrap_dim(d, in.size(), op);
+    if (in.size() == 0) continue;  // a 0-dim tensor accepts dim 0 and -1
+    if (r.mask >> k & 1u)
+      throw std::invalid_argument(cat(op, ": dim ", k, " appears more than once in the list of dims ", dims));
+    r.mask |= 1u << k;
+  }
+  for (int i = 0; i < in.size(); ++i) {
+    if (r.mask >> i & 1u) {
+      r.count *= in[i];
+      if (keepdim) r.out.push_back(1);
+    } else {
+      r.out.push_back(in[i]);
+    }
+  }
+  return r;
+}
+
+// Reductions without an identity (max, argmax, the inf-norms) throw on zero elements.
+inline void check_nonempty(const Shape& in, const Reduction& r, const char* op) {
+  if (r.count != 0) return;
+  for (int i = 0; i < in.size(); ++i)
+    if ((r.mask >> i & 1u) && in[i] == 0)
+      throw std::invalid_argument(cat(op, ": cannot reduce over dim ", i, " of size 0 (input shape ", in,
+                                      "): the operation has no identity"));
+  throw std::invalid_argument(cat(op, ": the input of shape ", in, " is empty: the operation has no identity"));
+}
+
+template <class T>
+constexpr void require_floating() {
+  static_assert(is_floating_v<T>,
+                "kiln: mean, var, std, norm, logsumexp and softmax need a floating-point tensor; convert it with "
+                ".to<float>()");
+}
+
+template <Dtype Out, class R, class E>
+Tensor<Out> run_reduce(const R& r, const E& e, const Shape& in, const Reduction& rd, const char* op,
+                       bool keep_order = false) {
+  check_versions(e);
+  Tensor<Out> out(TensorImpl::allocate(rd.out, scalar_type_of<Out>(), op));
+  cpu::reduce(r, e, in, rd.mask, out.impl(), keep_order);
+  return out;
+}
+
+namespace red = cpu::red;
+
+// ---- one implementation per reduction, shared by its overloads ----------------------------------
+
+template <class E>
+auto sum_impl(const E& e, const Shape& in, const Reduction& rd) {
+  using T = typename E::value_type;
+  using Out = sum_result_t<T>;
+  return run_reduce<Out>(red::SumReducer<compute_t<T>, Out>{}, e, in, rd, "sum");
+}
+template <class E>
+auto mean_impl(const E& e, const Shape& in, const Reduction& rd) {
+  using T = typename E::value_type;
+  require_floating<T>();
+  return run_reduce<T>(red::SumReducer<compute_t<T>, T, red::Ident, red::SumFinish::Mean>{}, e, in, rd, "mean");
+}
+template <class E>
+auto prod_impl(const E& e, const Shape& in, const Reduction& rd) {
+  using T = typename E::value_type;
+  using Out = sum_result_t<T>;
+  return run_reduce<Out>(red::ProdReducer<compute_t<T>, Out>{}, e, in, rd, "prod");
+}
+template <bool kMax, class E>
+auto extreme_impl(const E& e, const Shape& in, const Reduction& rd, const char* op) {
+  using T = typename E::value_type;
+  check_nonempty(in, rd, op);
+  return run_reduce<T>(red::ExtremeReducer<compute_t<T>, T, kMax>{}, e, in, rd, op);
+}
+template <class E>
+auto logsumexp_impl(const E& e, const Shape& in, const Reduction& rd) {
+  using T = typename E::value_type;
+  require_floating<T>();
+  return run_reduce<T>(red::LogSumExpReducer<compute_t<T>, T>{}, e, in, rd, "logsumexp");
+}
+template <bool kAll, class E>
+auto logical_impl(const E& e, const Shape& in, const Reduction& rd) {
+  using T = typename E::value_type;
+  return run_reduce<bool>(red::LogicalReducer<compute_t<T>, kAll>{}, e, in, rd, kAll ? "all" : "any");
+}
+template <bool kMax, class E>
+Tensor<int64_t> arg_impl(const E& e, const Shape& in, const Reduction& rd, const char* op) {
+  using T = typename E::value_type;
+  check_nonempty(in, rd, op);
+  return run_reduce<int64_t>(red::ArgReducer<compute_t<T>, T, kMax>{}, e, in, rd, op, /*keep_order=*/true);
+}
+// max(x, dim) / min(x, dim): values and indices in one pass.
+template <bool kMax, class E>
+auto extreme_with_indices(const E& e, const Shape& in, const Reduction& rd, const char* op) {
+  using T = typename E::value_type;
+  check_nonempty(in, rd, op);
+  check_versions(e);
+  Tensor<T> values(TensorImpl::allocate(rd.out, scalar_type_of<T>(), op));
+  Tensor<int64_t> indices(TensorImpl::allocate(rd.out, ScalarType::Int64, op));
+  red::ArgReducer<compute_t<T>, T, kMax> r;
+  r.indices_base = indices.impl().data_bytes();
+  r.values_base = values.impl().data_bytes();
+  cpu::reduce(r, e, in, rd.mask, indices.impl(), /*keep_order=*/true);
+  return std::make_tuple(values, indices);
+}
+template <class E>
+auto var_impl(const E& e, const Shape& in, const Reduction& rd, double correction, bool take_sqrt) {
+  using T = typename E::value_type;
+  require_floating<T>();
+  red::VarReducer<compute_t<T>, T> r;
+  r.correction = correction;
+  r.take_sqrt = take_sqrt;
+  return run_reduce<T>(r, e, in, rd, take_sqrt ? "std" : "var");
+}
+template <class E>
+auto var_mean_impl(const E& e, const Shape& in, const Reduction& rd, double correction, bool take_sqrt) {
+  using T = typename E::value_type;
+  require_floating<T>();
+  const char* op = take_sqrt ? "std_mean" : "var_mean";
+  check_versions(e);
+  Tensor<T> out(TensorImpl::allocate(rd.out, scalar_type_of<T>(), op));
+  Tensor<T> mean(TensorImpl::allocate(rd.out, scalar_type_of<T>(), op));
+  red::VarReducer<compute_t<T>, T> r;
+  r.correction = correction;
+  r.take_sqrt = take_sqrt;
+  r.out_base = out.impl().data_bytes();
+  r.mean_base = mean.impl().data_bytes();
+  cpu::reduce(r, e, in, rd.mask, out.impl());
+  return std::make_tuple(out, mean);
+}
+template <class E>
+auto norm_impl(const E& e, const Shape& in, const Reduction& rd, double p) {
+  using T = typename E::value_type;
+  using V = compute_t<T>;
+  require_floating<T>();
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  using F = red::SumFinish;
+  if (p == 2) return run_reduce<T>(red::SumReducer<V, T, red::SquareT, F::Sqrt>{}, e, in, rd, "norm");
+  if (p == 1) return run_reduce<T>(red::SumReducer<V, T, red::AbsT>{}, e, in, rd, "norm");
+  if (p == 0) return run_reduce<T>(red::SumReducer<V, T, red::NonZeroT>{}, e, in, rd, "norm");
+  if (p == inf || p == -inf) {
+    check_nonempty(in, rd, "norm");
+    if (p > 0) return run_reduce<T>(red::ExtremeReducer<V, T, true, red::AbsT>{}, e, in, rd, "norm");
+    return run_reduce<T>(red::ExtremeReducer<V, T, false, red::AbsT>{}, e, in, rd, "norm");
+  }
+  check(!std::isnan(p), "norm: p must not be NaN");
+  return run_reduce<T>(red::SumReducer<V, T, red::PowAbsT, F::Root>{red::PowAbsT{p}, p}, e, in, rd, "norm");
+}
+
+}  // namespace detail
+
+// ---- sum, mean, prod, amax, amin, logsumexp, all, any: (x), (x, {dims}, keepdim), (x, dim, keepdim)
+
+#define KILN_REDUCTION_OVERLOADS(name, impl)                                                   \
+  template <Operand X>                                                                         \
+  auto name(const X& x) {                                                                      \
+    const auto e = detail::reduce_node(x);                                                     \
+    const Shape in = e.shape();                                                                \
+    return detail::impl(e, in, detail::reduce_all(in));                                        \
+  }                                                                                            \
+  template <Operand X>                                                                         \
+  auto name(const X& x, const Dims& dims, bool keepdim = false) {                              \
+    const auto e = detail::reduce_node(x);                                                     \
+    const Shape in = e.shape();                                                                \
+    return detail::impl(e, in, detail::reduce_dims(in, dims, keepdim, #name));                \
+  }                                                                                            \
+  template <Operand X, DimIndex I>                                                             \
+  auto name(const X& x, I dim, bool keepdim = false) {                                         \
+    return name(x, Dims{int64_t(dim)}, keepdim);                                               \
+  }
+
+namespace detail {
+template <class E> auto amax_impl(const E& e, const Shape& in, const Reduction& rd) { return extreme_impl<true>(e, in, rd, "amax"); }
+template <class E> auto amin_impl(const E& e, const Shape& in, const Reduction& rd) { return extreme_impl<false>(e, in, rd, "amin"); }
+template <class E> auto all_impl(const E& e, const Shape& in, const Reduction& rd) { return logical_impl<true>(e, in, rd); }
+template <class E> auto any_impl(const E& e, const Shape& in, const Reduction& rd) { return logical_impl<false>(e, in, rd); }
+}  // namespace detail
+
+KILN_REDUCTION_OVERLOADS(sum, sum_impl)
+KILN_REDUCTION_OVERLOADS(mean, mean_impl)
+KILN_REDUCTION_OVERLOADS(prod, prod_impl)
+KILN_REDUCTION_OVERLOADS(amax, amax_impl)
+KILN_REDUCTION_OVERLOADS(amin, amin_impl)
+KILN_REDUCTION_OVERLOADS(logsumexp, logsumexp_impl)
+KILN_REDUCTION_OVERLOADS(all, all_impl)
+KILN_REDUCTION_OVERLOADS(any, any_impl)
+#undef KILN_REDUCTION_OVERLOADS
+
+// ---- max / min: over all elements; along a dim with indices; elementwise of two operands --------
+
+template <Operand X>
+auto max(const X& x) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::extreme_impl<true>(e, in, detail::reduce_all(in), "max");
+}
+template <Operand X>
+auto min(const X& x) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::extreme_impl<false>(e, in, detail::reduce_all(in), "min");
+}
+// (values, indices) of the max along dim, the first occurrence; NaN counts as the max.
+template <Operand X, DimIndex I>
+auto max(const X& x, I dim, bool keepdim = false) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::extreme_with_indices<true>(e, in, detail::reduce_dims(in, {int64_t(dim)}, keepdim, "max"), "max");
+}
+template <Operand X, DimIndex I>
+auto min(const X& x, I dim, bool keepdim = false) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::extreme_with_indices<false>(e, in, detail::reduce_dims(in, {int64_t(dim)}, keepdim, "min"), "min");
+}
+template <Operand A, Operand B>
+auto max(const A& a, const B& b) { return maximum(a, b); }
+template <Operand A, Operand B>
+auto min(const A& a, const B& b) { return minimum(a, b); }
+
+// ---- argmax / argmin: flat index over all elements, or the index along dim ----------------------
+
+template <Operand X>
+Tensor<int64_t> argmax(const X& x) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::arg_impl<true>(e, in, detail::reduce_all(in), "argmax");
+}
+template <Operand X>
+Tensor<int64_t> argmin(const X& x) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::arg_impl<false>(e, in, detail::reduce_all(in), "argmin");
+}
+template <Operand X, DimIndex I>
+Tensor<int64_t> argmax(const X& x, I dim, bool keepdim = false) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::arg_impl<true>(e, in, detail::reduce_dims(in, {int64_t(dim)}, keepdim, "argmax"), "argmax");
+}
+template <Operand X, DimIndex I>
+Tensor<int64_t> argmin(const X& x, I dim, bool keepdim = false) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::arg_impl<false>(e, in, detail::reduce_dims(in, {int64_t(dim)}, keepdim, "argmin"), "argmin");
+}
+
+// ---- var, std, var_mean, std_mean: divide by max(0, N - correction); correction 1 is unbiased ---
+
+#define KILN_VAR_OVERLOADS(name, impl, take_sqrt)                                                    \
+  template <Operand X, std::same_as<bool> B> /* exactly bool, so that name(x, {1}) means dims */     \
+  auto name(const X& x, B unbiased) {                                                                \
+    const auto e = detail::reduce_node(x);                                                           \
+    const Shape in = e.shape();                                                                      \
+    return detail::impl(e, in, detail::reduce_all(in), unbiased ? 1.0 : 0.0, take_sqrt);            \
+  }                                                                                                  \
+  template <Operand X>                                                                               \
+  auto name(const X& x) {                                                                            \
+    return name(x, true);                                                                            \
+  }                                                                                                  \
+  template <Operand X>                                                                               \
+  auto name(const X& x, const Dims& dims, double correction = 1, bool keepdim = false) {             \
+    const auto e = detail::reduce_node(x);                                                           \
+    const Shape in = e.shape();                                                                      \
+    return detail::impl(e, in, detail::reduce_dims(in, dims, keepdim, #name), correction, take_sqrt); \
+  }                                                                                                  \
+  template <Operand X, DimIndex I>                                                                   \
+  auto name(const X& x, I dim, double correction = 1, bool keepdim = false) {                        \
+    return name(x, Dims{int64_t(dim)}, correction, keepdim);                                         \
+  }
+KILN_VAR_OVERLOADS(var, var_impl, false)
+KILN_VAR_OVERLOADS(std, var_impl, true)
+KILN_VAR_OVERLOADS(var_mean, var_mean_impl, false)
+KILN_VAR_OVERLOADS(std_mean, var_mean_impl, true)
+#undef KILN_VAR_OVERLOADS
+
+// ---- norm: p = 2 (default), 1, inf, -inf, 0 (count of nonzeros) or any other p ------------------
+
+template <Operand X>
+auto norm(const X& x, double p = 2) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::norm_impl(e, in, detail::reduce_all(in), p);
+}
+template <Operand X>
+auto norm(const X& x, double p, const Dims& dims, bool keepdim = false) {
+  const auto e = detail::reduce_node(x);
+  const Shape in = e.shape();
+  return detail::norm_impl(e, in, detail::reduce_dims(in, dims, keepdim, "norm"), p);
+}
+template <Operand X, DimIndex I>
+auto norm(const X& x, double p, I dim, bool keepdim = false) {
+  return norm(x, p, Dims{int64_t(dim)}, keepdim);
+}
+
+// ---- cumsum and topk along one dim ---------------------------------------------------------------
+
+namespace detail {
+// [outer, n, inner] sizes of a contiguous shape around dim d.
+inline std::array<int64_t, 3> split_at(const Shape& s, int d) {
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < d; ++i) outer *= s[i];
+  for (int i = d + 1; i < s.size(); ++i) inner *= s[i];
+  return {outer, s.size() ? s[d] : 1, inner};
+}
+template <Operand X>
+auto contiguous_of(const X& x) {
+  using T = typename X::value_type;
+  if constexpr (TensorHandle<X>) return x.contiguous();
+  else return Tensor<T>(x);
+}
+}  // namespace detail
+
+// Running sums along dim; floats accumulate in double, integers and bools give int64.
+template <Operand X, DimIndex I>
+auto cumsum(const X& x, I dim) {
+  using T = typename X::value_type;
+  using Out = detail::sum_result_t<T>;
+  using Acc = std::conditional_t<is_floating_v<T>, double, int64_t>;
+  if constexpr (Expression<X>) detail::check_versions(x);
+  const Tensor<T> in = detail::contiguous_of(x);
+  const int d = wrap_dim(int64_t(dim), in.dim(), "cumsum");
+  const auto [outer, n, inner] = detail::split_at(in.shape(), d);
+  Tensor<Out> out(TensorImpl::allocate(in.shape(), scalar_type_of<Out>(), "cumsum"));
+  cpu::cumsum<Acc>(in.data_ptr(), out.data_ptr(), outer, n, inner);
+  return out;
+}
+
+// The k largest (largest = false: smallest) values along dim and their int64 indices, sorted
+// (the order is also sorted when sorted = false). NaN counts as larger than every number; equal
+// values keep the lower index first.
+template <Operand X>
+auto topk(const X& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) {
+  using T = typename X::value_type;
+  (void)sorted;
+  if constexpr (Expression<X>) detail::check_versions(x);
+  const Tensor<T> in = detail::contiguous_of(x);
+  const int d = wrap_dim(dim, in.dim(), "topk");
+  const auto [outer, n, inner] = detail::split_at(in.shape(), d);
+  if (k < 0 || k > n)
+    throw std::out_of_range(detail::cat("topk: k = ", k, " is out of range for dim ", d, " of size ", n,
+                                        " (input shape ", in.shape(), ")"));
+  Shape out_shape = in.shape();
+  if (out_shape.size()) out_shape[d] = k;
+  Tensor<T> values(TensorImpl::allocate(out_shape, scalar_type_of<T>(), "topk"));
+  Tensor<int64_t> indices(TensorImpl::allocate(out_shape, ScalarType::Int64, "topk"));
+  cpu::topk(in.data_ptr(), values.data_ptr(), indices.data_ptr(), outer, n, inner, k, largest);
+  return std::make_tuple(values, indices);
+}
+
+}  // namespace kiln

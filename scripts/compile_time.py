@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Compile-time budget check: compiles one translation unit at -O2 and compares the compiler's CPU time
+(user + sys, which machine load from other processes barely changes; on an idle machine it is the wall
+time) with the limit recorded for it in docs/performance.md, section "Compile-time budget".
+
+Usage: scripts/compile_time.py LIMITS.md TU.cpp -- COMPILER [FLAGS...]
+
+pkg-config's cflags for libhwy and eigen3 are appended to FLAGS. When the first try is over the limit it
+tries twice more and keeps the fastest, so one burst of load does not fail the check; a real regression
+fails all three.
+"""
+import os
+import re
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def read_limit(doc, tu_name):
+    """The last number of the table row naming tu_name in the "Compile-time budget" section."""
+    in_section = False
+    with open(doc, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("## "):
+                in_section = line.strip().lower().startswith("## compile-time budget")
+                continue
+            if in_section and line.startswith("|") and tu_name in line:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                m = re.match(r"([0-9.]+)", cells[-1])
+                if m:
+                    return float(m.group(1))
+    raise SystemExit(f"FAIL {tu_name}: no limit for it in the Compile-time budget table of {doc}")
+
+
+def compile_once(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return proc, cpu, wall, after.ru_maxrss / 1024.0
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) < 4 or args[2] != "--":
+        raise SystemExit(__doc__)
+    doc, tu, compiler = args[0], args[1], args[3:]
+    name = os.path.basename(tu)
+    limit = read_limit(doc, name)
+    dep_flags = shlex.split(subprocess.run(["pkg-config", "--cflags", "libhwy", "eigen3"], check=True,
+                                           stdout=subprocess.PIPE, text=True).stdout)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = compiler + dep_flags + ["-O2", "-c", tu, "-o", os.path.join(tmp, "tu.o")]
+        best = None
+        for attempt in range(3):
+            proc, cpu, wall, rss = compile_once(cmd)
+            if proc.returncode != 0:
+                print(f"FAIL {name}: does not compile:\n{proc.stdout[:4000]}")
+                return 1
+            if best is None or cpu < best[0]:
+                best = (cpu, wall, rss)
+            if best[0] <= limit:
+                break
+        cpu, wall, rss = best
+        verdict = "PASS" if cpu <= limit else "FAIL"
+        print(f"{verdict} {name}: {cpu:.2f} s CPU ({wall:.2f} s wall, peak {rss:.0f} MB, "
+              f"{attempt + 1} tries) against a limit of {limit:g} s at -O2")
+        print(f"  command: {shlex.join(cmd)}")
+        return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
