@@ -15,28 +15,18 @@
 #include <vector>
 
 #include "kiln/kiln.hpp"
+#include "tensor_test_util.hpp"
 #include "kiln/tensor/reduce.hpp"
 
 using namespace kiln;
+using kiln::test::normal_tensor;
+using kiln::test::values_of;
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Tensor<float> normal_tensor(const Shape& s, uint64_t seed) {
-  Tensor<float> t = empty<float>(s);
-  Generator gen(seed);
-  if (t.numel() > 0) fill_normal(gen, t.data_ptr(), t.numel(), 0.0, 1.0);
-  return t;
-}
-
-template <class T>
-std::vector<double> values_of(const Tensor<T>& t) {
-  std::vector<double> out;
-  for (const auto& v : t.to_vector()) out.push_back(double(compute_t<T>(v)));
-  return out;
-}
 
 uint32_t mask_of(const Shape& s, const Dims& dims) {
   uint32_t m = 0;

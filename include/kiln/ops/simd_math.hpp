@@ -433,6 +433,20 @@ HWY_INLINE V Expm1(D d, V x) {
   return detail::KeepNaN(x, detail::KeepZero(d, x, detail::Expm1Core(d, x)));
 }
 
+namespace detail {
+// r where x is positive and finite; log's special values elsewhere: -inf at +-0, inf at inf, NaN below
+// zero and at NaN (shared by Log and Log2).
+template <class D, class V>
+HWY_INLINE V LogSpecials(D d, V x, V r) {
+  const V zero = hn::Zero(d);
+  const V inf = hn::Inf(d);
+  const auto ok = hn::And(hn::Gt(x, zero), hn::Lt(x, inf));
+  const V special = hn::IfThenElse(hn::Eq(x, zero), hn::Neg(inf),
+                                   hn::IfThenElse(hn::Eq(x, inf), inf, hn::NaN(d)));
+  return hn::IfThenElse(ok, r, special);
+}
+}  // namespace detail
+
 /**
  * log(x): own vector code of FreeBSD's e_logf/e_log algorithm.
  *
@@ -449,12 +463,7 @@ HWY_INLINE V Log(D d, V x) {
   V k;
   const V f = detail::LogReduce(d, x, k);
   const V r = detail::LogFromParts(d, k, f, hn::Zero(d));
-  const V zero = hn::Zero(d);
-  const V inf = hn::Inf(d);
-  const auto ok = hn::And(hn::Gt(x, zero), hn::Lt(x, inf));
-  const V special = hn::IfThenElse(hn::Eq(x, zero), hn::Neg(inf),
-                                   hn::IfThenElse(hn::Eq(x, inf), inf, hn::NaN(d)));
-  return hn::IfThenElse(ok, r, special);
+  return detail::LogSpecials(d, x, r);
 }
 
 /**
@@ -490,12 +499,7 @@ HWY_INLINE V Log2(D d, V x) {
   const V w = hn::Add(k, val_hi);
   val_lo = hn::Add(val_lo, hn::Add(hn::Sub(k, w), val_hi));
   const V r = hn::Add(val_lo, w);
-  const V zero = hn::Zero(d);
-  const V inf = hn::Inf(d);
-  const auto ok = hn::And(hn::Gt(x, zero), hn::Lt(x, inf));
-  const V special = hn::IfThenElse(hn::Eq(x, zero), hn::Neg(inf),
-                                   hn::IfThenElse(hn::Eq(x, inf), inf, hn::NaN(d)));
-  return hn::IfThenElse(ok, r, special);
+  return detail::LogSpecials(d, x, r);
 }
 
 /**
