@@ -262,12 +262,19 @@ template <class Dst, class E, class C>
 HWY_INLINE void simd_segment(const E& e, char* dst, int64_t dstep, const C& c, int64_t j, int64_t end) {
   const hn::ScalableTag<typename simd_plan<E>::lane> d;
   const int64_t lanes = int64_t(hn::Lanes(d));
-  if constexpr (C::dense) {
-    for (; j + lanes <= end; j += lanes) hn::StoreU(simd_eval<0>(e, d, c, j, size_t(lanes)), d, reinterpret_cast<Dst*>(dst) + j);
-  } else {
-    for (; j + lanes <= end; j += lanes) store_vector<Dst>(d, simd_eval<0>(e, d, c, j, size_t(lanes)), dst, dstep, j, size_t(lanes));
+  // One call site for the tree (the row's tail is a partial vector through the same code): each
+  // inlined copy of a deep tree costs compile time.
+  for (; j < end; j += lanes) {
+    const size_t count = size_t(std::min(lanes, end - j));
+    const auto v = simd_eval<0>(e, d, c, j, count);
+    if constexpr (C::dense) {  // dense rows have Dst == lane type
+      if (count == size_t(lanes)) {
+        hn::StoreU(v, d, reinterpret_cast<Dst*>(dst) + j);
+        continue;
+      }
+    }
+    store_vector<Dst>(d, v, dst, dstep, j, count);
   }
-  if (j < end) store_vector<Dst>(d, simd_eval<0>(e, d, c, j, size_t(end - j)), dst, dstep, j, size_t(end - j));
 }
 
 }  // namespace HWY_NAMESPACE
