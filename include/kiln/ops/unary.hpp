@@ -48,7 +48,10 @@ struct Square : SameTypeOp {
   static constexpr std::string_view name = "square";
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 1};
-  template <class T> static T scalar(T x) { return T(x * x); }
+  template <class T> static T scalar(T x) {
+    if constexpr (std::is_integral_v<T>) return T(std::make_unsigned_t<T>(x) * std::make_unsigned_t<T>(x));  // wraps, no UB
+    else return x * x;
+  }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_same_v<L, int32_t>;
   template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::Mul(x, x); }
   static constexpr std::string_view cuda = "($0 * $0)";
