@@ -227,7 +227,8 @@ struct Sigmoid : FloatOp {
 struct Softplus : FloatOp {
   static constexpr std::string_view name = "softplus";
   static constexpr int arity = 1;
-  static constexpr OpInfo info{.cost = 36, .lo = -80, .hi = 80, .max_ulp = 1};
+  // 1 ULP at -O2; 2 in double at -O1, where FMA contraction differs.
+  static constexpr OpInfo info{.cost = 36, .lo = -80, .hi = 80, .max_ulp = 2};
   // PyTorch's definition (beta 1, threshold 20): linear above the threshold.
   template <class T> static T scalar(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Softplus(d, x); }
