@@ -5,9 +5,9 @@ time) with the limit recorded for it in docs/performance.md, section "Compile-ti
 
 Usage: scripts/compile_time.py LIMITS.md TU.cpp -- COMPILER [FLAGS...]
 
-pkg-config's cflags for libhwy and eigen3 are appended to FLAGS. When the first try is over the limit it
-tries twice more and keeps the fastest, so one burst of load does not fail the check; a real regression
-fails all three.
+pkg-config's cflags for libhwy and eigen3 are appended to FLAGS. When the first try is over the limit (by
+less than half of it) it tries twice more and keeps the fastest, so one burst of load does not fail the
+check; a real regression fails all three.
 """
 import os
 import re
@@ -64,8 +64,8 @@ def main():
                 return 1
             if best is None or cpu < best[0]:
                 best = (cpu, wall, rss)
-            if best[0] <= limit:
-                break
+            if best[0] <= limit or best[0] > 1.5 * limit:
+                break  # within the limit, or so far over it that it is no burst of load
         cpu, wall, rss = best
         verdict = "PASS" if cpu <= limit else "FAIL"
         print(f"{verdict} {name}: {cpu:.2f} s CPU ({wall:.2f} s wall, peak {rss:.0f} MB, "
