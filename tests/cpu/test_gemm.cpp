@@ -246,6 +246,11 @@ TEST_CASE_TEMPLATE("gemm: alpha = 0 reads neither A nor B; beta = 0 never reads 
     std::string r = check(A2, B2, C20, C2, 1, 0);
     CHECK_MESSAGE(r.empty(), r);
   }
+  // Batched, alpha = 0: a broadcast operand that would need the copy path is not read either.
+  Mat<T> A(5, 6, Layout::Strided), B(6, 7, Layout::Row);  // all NaN
+  std::vector<T> c(3 * 35, poison<T>());
+  gemm_batched<T>(3, 5, 7, 6, A.data(), 0, A.rs, A.cs, B.data(), 0, B.rs, B.cs, c.data(), 35, 7, 1, T(0), T(0));
+  for (T v : c) CHECK(v == T(0));
 }
 
 namespace {
@@ -358,6 +363,9 @@ TEST_CASE("gemm: one product split across threads, by columns and by rows, uneve
     r = run_case<double>(1001, 37, 70, Layout::Strided, Layout::Row, Layout::ColPad, 1.0, 1.0, rng);
     CHECK_MESSAGE(r.empty(), r);
     r = run_case<float>(37, 1001, 70, Layout::Col, Layout::StridedT, Layout::Col, 0.5f, 0.f, rng);
+    CHECK_MESSAGE(r.empty(), r);
+    // M > N but too few rows to split: split by columns instead, uneven (16 + 24).
+    r = run_case<float>(80, 40, 100, Layout::Row, Layout::Col, Layout::Col, 1.f, 0.f, rng);
     CHECK_MESSAGE(r.empty(), r);
     // C with neither stride 1 (temporary), transposed operands.
     r = run_case<double>(333, 350, 64, Layout::Col, Layout::Col, Layout::Strided, -1.0, 2.0, rng);

@@ -28,7 +28,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -131,15 +130,17 @@ inline int available_threads() {
 // Threading of one product. Eigen's own threading splits a product across threads that then share packed
 // panels and wait on one another (busy-waiting on atomics); kiln instead splits C into one block of columns
 // (or rows) per thread and runs Eigen's single-threaded product on each, with no synchronization but the
-// final join. Measured on 2 AVX-512 cores (EPYC), sgemm, interleaved runs: 2048^3 192 vs 179 GFLOP/s,
-// 1024^3 194 vs 183, 128^3 186 vs 155, 64^3 132 vs 88 (Eigen's threading gains nothing there). The
-// price, each thread packing all of the operand it does not split, is O(1/N) of the work. Block edges
-// are multiples of Eigen's register blocks (rows: 48 = 3 packets of 16 floats or 2 x 3 packets of 8
-// doubles; columns: 16, its nr is 4) so no thread gets a ragged micro-panel in the middle of C. Threads start at kMinWorkPerThread multiply-adds each (2^16: the split won from 64^3 =
-// 2^18 on, tied at 48^3 and lost at 32^3, where the fork/join costs as much as it saves). Below that,
-// Eigen's product runs on the calling thread; Eigen would thread it only from 2 * 50000 multiply-adds
-// anyway, and in the narrow gap between the two the grain limit below can leave it to Eigen.
-constexpr double kMinWorkPerThread = 1 << 16;
+// final join. Measured on 2 AVX-512 cores (Zen 4 EPYC), sgemm, interleaved runs: 2048^3 192-199 vs
+// 179-190 GFLOP/s, 1024^3 194-199 vs 179-210 (Eigen's threading is bimodal there), 128^3 186 vs 155,
+// 64^3 132 vs 88, 48^3 81 vs 61 (one thread: 81). The price, each thread packing all of the operand it
+// does not split, is O(1/N) of the work. Block edges are multiples
+// of Eigen's register blocks (rows: 48 = 3 packets of 16 floats or 2 x 3 packets of 8 doubles; columns:
+// 8 = 2 x its nr of 4) so no thread gets a ragged micro-panel in the middle of C.
+// Threads start at Eigen's own threshold, 50000 multiply-adds per thread, so that every product Eigen would
+// thread is split by kiln instead (the split tied one thread at 48^3, where Eigen's threading lost 25%,
+// and won from 64^3 on). Only a product whose C is too small to split (fewer than 16 columns and 96 rows)
+// is left to Eigen.
+constexpr double kMinWorkPerThread = 50000;
 
 // C (column-major, unit row stride, positive col stride) = alpha * A * B + beta * C through Eigen, a and b
 // mappable. Inside kiln's parallel regions Eigen sees omp_get_num_threads() > 1 and stays single-threaded.
@@ -176,17 +177,20 @@ inline void product(View<const T> a, View<const T> b, T* C, int64_t M, int64_t N
   b = mappable(b, bbuf);
   const double work = double(M) * double(N) * double(K);
   int threads = int(std::min<double>(available_threads(), work / kMinWorkPerThread));
-  const bool by_cols = N >= M;
-  const int64_t dim = by_cols ? N : M, grain = by_cols ? 16 : 48;
+  // Split the larger dim of C (the operand every thread packs in full is then the smaller one), unless it
+  // is too short to split and the other one is not.
+  const bool by_cols = (N >= M && N >= 2 * 8) || M < 2 * 48;
+  const int64_t dim = by_cols ? N : M, grain = by_cols ? 8 : 48;
   threads = int(std::min<int64_t>(threads, dim / grain));
   if (threads <= 1) return product_serial(a, b, C, M, N, c_cs, alpha, beta);
-  const int64_t chunk = ((dim + threads - 1) / threads + grain - 1) / grain * grain;
+  // Thread p takes [edge(p), edge(p + 1)): equal shares with inner edges rounded down to the grain.
+  auto edge = [&](int p) { return p == threads ? dim : dim * p / threads / grain * grain; };
   Eigen::initParallel();
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
 #endif
   for (int p = 0; p < threads; ++p) {
-    const int64_t lo = p * chunk, n = std::min(dim, lo + chunk) - lo;
+    const int64_t lo = edge(p), n = edge(p + 1) - lo;
     if (n <= 0) continue;
     if (by_cols) {
       View<const T> bp{b.data + lo * b.cs, b.rows, n, b.rs, b.cs};
@@ -256,8 +260,9 @@ inline void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,        
 
   // A broadcast operand that needs the copy path is copied once here, not once per batch entry.
   g::Buffer<const T> abuf, bbuf;
-  if (a_batch_stride == 0 && K > 0) a = g::mappable(a, abuf);
-  if (b_batch_stride == 0 && K > 0) b = g::mappable(b, bbuf);
+  const bool reads_ab = K > 0 && alpha != T(0);
+  if (a_batch_stride == 0 && reads_ab) a = g::mappable(a, abuf);
+  if (b_batch_stride == 0 && reads_ab) b = g::mappable(b, bbuf);
   auto one = [&](int64_t i, T beta_i) {
     g::View<const T> ai = a, bi = b;
     g::View<T> ci = c;
