@@ -316,14 +316,16 @@ HWY_INLINE V CosKernel(D d, V z) {  // z = r*r
   return hn::Add(w, hn::MulAdd(hn::Mul(z, z), p, err));
 }
 
-// Reduction for sin/cos/tan: ax = q * pi/2 + r, |r| <= pi/4 (+ rounding
-// slack), q = round(ax * 2/pi) as a float integer. ax must be finite and
-// >= 0; accurate for ax <= 39000 (q * p0 exact, 4-part pi/2 constant: the
-// split of pi used by Highway's Sin/Cos, halved).
+// Reduction for sin/cos/tan: |x| = q * pi/2 + r, |r| <= pi/4 (+ rounding
+// slack), q = round(|x| * 2/pi) as a float integer; non-finite lanes reduce
+// as 0 (callers replace them with NaN). Accurate for |x| <= 39000 (q * p0
+// exact, 4-part pi/2 constant: the split of pi used by Highway's Sin/Cos,
+// halved).
 template <class D, class V>
-HWY_INLINE V TrigReduce(D d, V ax, V& q) {
+HWY_INLINE V TrigReduce(D d, V x, V& q) {
   using T = hn::TFromD<D>;
   constexpr bool kF32 = sizeof(T) == 4;
+  const V ax = hn::Abs(hn::IfThenElseZero(hn::IsFinite(x), x));
   const V two_over_pi = hn::Set(d, T(0.6366197723675813430755351));
   q = hn::Floor(hn::MulAdd(ax, two_over_pi, hn::Set(d, T(0.5))));
   const V p0 = hn::Set(d, kF32 ? T(0.5 * 3.140625) : T(0.5 * 3.1415926218032836914));
@@ -552,7 +554,7 @@ HWY_INLINE V Sin(D d, V x) {
   const auto finite = hn::IsFinite(x);
   const V sign = hn::And(x, hn::SignBit(d));
   V q;
-  const V r = detail::TrigReduce(d, hn::Abs(hn::IfThenElseZero(finite, x)), q);
+  const V r = detail::TrigReduce(d, x, q);
   const V z = hn::Mul(r, r);
   // q mod 4 = 0: sin r, 1: cos r, 2: -sin r, 3: -cos r.
   const V v = hn::IfThenElse(detail::IsOdd(d, q), detail::CosKernel(d, z),
@@ -577,7 +579,7 @@ HWY_INLINE V Cos(D d, V x) {
   KILN_SIMD_MATH_REQUIRE(kHasCos, T);
   const auto finite = hn::IsFinite(x);
   V q;
-  const V r = detail::TrigReduce(d, hn::Abs(hn::IfThenElseZero(finite, x)), q);
+  const V r = detail::TrigReduce(d, x, q);
   const V z = hn::Mul(r, r);
   // q mod 4 = 0: cos r, 1: -sin r, 2: -cos r, 3: sin r.
   const V v = hn::IfThenElse(detail::IsOdd(d, q), detail::SinKernel(d, r, z),
@@ -606,7 +608,7 @@ HWY_INLINE V Tan(D d, V x) {
   const auto finite = hn::IsFinite(x);
   const V sign = hn::And(x, hn::SignBit(d));
   V q;
-  const V r = detail::TrigReduce(d, hn::Abs(hn::IfThenElseZero(finite, x)), q);
+  const V r = detail::TrigReduce(d, x, q);
   const V z = hn::Mul(r, r);
   const auto odd = detail::IsOdd(d, q);
   // tan(r) = r + r^3 T(r^2): own minimax fits, relative error 0.002 eps
