@@ -258,14 +258,7 @@ HWY_INLINE void simd_segment(const E& e, char* dst, int64_t dstep, const C& c, i
   // inlined copy of a deep tree costs compile time.
   for (; j < end; j += lanes) {
     const size_t count = size_t(std::min(lanes, end - j));
-    const auto v = simd_eval<0>(e, d, c, j, count);
-    if constexpr (C::dense) {  // dense rows have Dst == lane type
-      if (count == size_t(lanes)) {
-        hn::StoreU(v, d, reinterpret_cast<Dst*>(dst) + j);
-        continue;
-      }
-    }
-    store_vector<Dst>(d, v, dst, dstep, j, count);
+    store_vector<Dst>(d, simd_eval<0>(e, d, c, j, count), dst, dstep, j, count);
   }
 }
 
