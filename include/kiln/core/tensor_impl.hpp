@@ -10,12 +10,18 @@
 
 namespace kiln {
 
+namespace autograd {
+struct AutogradMeta;
+}
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
   Strides strides;
   int64_t offset = 0;
   ScalarType dtype = ScalarType::Float;
+  // requires_grad, .grad, grad_fn and hooks; null for a tensor autograd never saw.
+  std::shared_ptr<autograd::AutogradMeta> autograd;
 
   int64_t numel() const { return numel_of(shape); }
   char* data_bytes() const {

@@ -120,6 +120,10 @@ template <int I, class T, class C>
 HWY_INLINE compute_t<T> scalar_eval(const Scalar<T>& s, const C&, int64_t) {
   return s.value;
 }
+template <int I, class V, class T, class C>
+HWY_INLINE V scalar_eval(const Value<V, T>& v, const C&, int64_t) {
+  return v.value;
+}
 // (Helpers rather than lambdas: a lambda's call is not forced inline, and a call per element or
 // per vector costs more than most ops.)
 template <int I, class Op, class... A, class C>
@@ -211,6 +215,10 @@ HWY_INLINE auto simd_eval(const Leaf<T>&, D d, const C& c, int64_t j, size_t cou
 template <int I, class T, class D, class C>
 HWY_INLINE auto simd_eval(const Scalar<T>& s, D d, const C&, int64_t, size_t) {
   return hn::Set(d, hn::TFromD<D>(s.value));
+}
+template <int I, class V, class T, class D, class C>
+HWY_INLINE V simd_eval(const Value<V, T>& v, D, const C&, int64_t, size_t) {
+  return v.value;
 }
 template <int I, class Op, class... A, class D, class C>
 HWY_INLINE auto simd_eval(const Map<Op, A...>& m, D d, const C& c, int64_t j, size_t count);

@@ -60,6 +60,16 @@ struct Map : ExprBase<Map<Op, Args...>> {
   }
 };
 
+// A value at one position (a Highway vector or mask, or a plain number) used as an expression: the
+// placeholders of a derivative are bound to these in the fused backward (autograd/derive.hpp).
+template <class V, Dtype T>
+struct Value : ExprBase<Value<V, T>> {
+  using value_type = T;
+  V value;
+  explicit Value(V v) : value(v) {}
+  Shape shape() const { return {}; }
+};
+
 template <class Derived>
 template <Dtype U>
 auto ExprBase<Derived>::to() const {
@@ -79,6 +89,11 @@ struct tree_traits<Leaf<T>> {
 };
 template <class T>
 struct tree_traits<Scalar<T>> {
+  static constexpr int leaves = 0;
+  static constexpr int cost = 0;
+};
+template <class V, class T>
+struct tree_traits<Value<V, T>> {
   static constexpr int leaves = 0;
   static constexpr int cost = 0;
 };
@@ -105,6 +120,8 @@ template <class T, class F>
 void for_each_leaf(const Leaf<T>& leaf, F&& f) { f(leaf); }
 template <class T, class F>
 void for_each_leaf(const Scalar<T>&, F&&) {}
+template <class V, class T, class F>
+void for_each_leaf(const Value<V, T>&, F&&) {}
 template <class Op, class... A, class F>
 void for_each_leaf(const Map<Op, A...>& m, F&& f) {
   std::apply([&](const auto&... a) { (for_each_leaf(a, f), ...); }, m.args);

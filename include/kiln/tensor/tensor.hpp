@@ -8,6 +8,8 @@
 #include <numeric>
 #include <vector>
 
+#include "kiln/autograd/grad_mode.hpp"
+#include "kiln/autograd/meta.hpp"
 #include "kiln/cpu/eval.hpp"
 #include "kiln/expr/functions.hpp"
 
@@ -19,10 +21,23 @@ namespace indexing {
 class TensorIndex;
 }
 
+namespace autograd {
+struct Node;
+template <class E>
+bool needs_graph(const E& e);
+template <class E>
+void record_fused(const E& e, const std::shared_ptr<TensorImpl>& out, const Shape& expr_shape,
+                  const Shape& expanded_grad_shape, const char* kind);
+template <Dtype T>
+void record_view(const std::shared_ptr<TensorImpl>& base, const std::shared_ptr<TensorImpl>& view, const char* kind);
+}  // namespace autograd
+
 namespace detail {
 std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<TensorImpl>& dst, const char* op);
 template <class E>
 std::shared_ptr<TensorImpl> evaluate_new(const E& expr);
+template <class E>
+std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr);
 }  // namespace detail
 
 template <Dtype T>
@@ -38,7 +53,7 @@ class Tensor {
   }
   // Evaluates an expression into a new tensor: `Tensor<float> d = a * b + c;` is one fused pass.
   template <Expression E>
-  Tensor(const E& expr) : impl_(detail::evaluate_new(expr)) {  // NOLINT: implicit by design
+  Tensor(const E& expr) : impl_(detail::evaluate_recorded(expr)) {  // NOLINT: implicit by design
     static_assert(std::is_same_v<typename E::value_type, T>,
                   "kiln: the expression's dtype differs from the tensor's; convert it with .to<T>()");
   }
@@ -139,6 +154,25 @@ class Tensor {
   Tensor squeeze(int64_t d) const;
   Tensor expand(const Shape& new_shape) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  // ---- autograd (autograd/tensor_autograd.hpp) -------------------------------------------------
+  // Marks a leaf as needing its gradient (floating dtypes only).
+  Tensor& requires_grad_(bool requires_grad = true);
+  bool requires_grad() const;
+  // The accumulated gradient (undefined until a backward reached this leaf).
+  Tensor grad() const;
+  // Sets .grad to undefined (set_to_none, PyTorch's default) or to zeros.
+  void zero_grad(bool set_to_none = true);
+  bool is_leaf() const;
+  // The node that produced this tensor (null for leaves); name() prints it.
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  // The same values, cut from the graph.
+  Tensor detach() const;
+  // Backpropagates from this tensor (a scalar, or with the gradient of something with respect to it).
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // fn(grad) runs when this tensor's gradient is computed; returning a Tensor replaces the gradient.
+  template <class F>
+  void register_hook(F fn) const;
+
   // t.index({Slice(), 0, None}) and t.index_put_({...}, value), as libtorch's (tensor/indexing.hpp).
   Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
   template <OperandOrScalar S>
@@ -149,8 +183,15 @@ class Tensor {
     if (!impl_) throw std::logic_error("kiln: the tensor is undefined (default-constructed)");
     return impl_;
   }
-  Tensor with_layout(const Shape& s, const Strides& st, int64_t offset) const {
-    return Tensor(impl_->view_as(s, st, offset));
+  // A view of this tensor's storage; when this tensor requires grad, the view records a node
+  // (kind names it, e.g. "TransposeBackward") that routes its gradient back (autograd/view_backward.hpp).
+  Tensor with_layout(const char* kind, const Shape& s, const Strides& st, int64_t offset) const {
+    Tensor v(impl_->view_as(s, st, offset));
+    if constexpr (is_floating_v<T>) {
+      if (GradMode::is_enabled() && impl_->autograd && (impl_->autograd->requires_grad || impl_->autograd->grad_fn))
+        autograd::record_view<T>(impl_, v.impl_, kind);
+    }
+    return v;
   }
   std::shared_ptr<TensorImpl> impl_;
 };
@@ -178,11 +219,23 @@ inline void check_versions(const auto& expr) {
   });
 }
 
+// A new tensor holding expr's values; records nothing (library internals and the engine use it, so
+// their expressions do not each instantiate a backward).
 template <class E>
 std::shared_ptr<TensorImpl> evaluate_new(const E& expr) {
   check_versions(expr);
   auto out = TensorImpl::allocate(expr.shape(), scalar_type_of<typename E::value_type>(), "eval");
   if (out->numel() > 0) cpu::assign(expr, *out);
+  return out;
+}
+
+// The same, recording a FusedBackward node when a leaf requires grad (Tensor(expr), eval()).
+template <class E>
+std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr) {
+  auto out = evaluate_new(expr);
+  if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0) {
+    if (autograd::needs_graph(expr)) autograd::record_fused(expr, out, out->shape, out->shape, "FusedBackward");
+  }
   return out;
 }
 
@@ -217,6 +270,10 @@ std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<T
   if (broadcast_shapes(src_shape, dst->shape, op) != dst->shape)
     throw ShapeError(cat(op, ": source of shape ", src_shape, " cannot be broadcast to the destination's shape ", dst->shape));
   check_versions(expr);
+  if (autograd::needs_graph(expr) || (GradMode::is_enabled() && dst->autograd &&
+                                      (dst->autograd->requires_grad || dst->autograd->grad_fn)))
+    throw std::logic_error(cat(op, ": in-place writes to or from tensors that require grad are not recorded; ",
+                               "write `t = expr` to get a new tensor, or use a kiln::NoGradGuard"));
   bool overlap = false;
   for_each_leaf(expr, [&](const auto& leaf) { overlap |= overlaps_unsafely(*leaf.impl, *dst); });
   if (dst->numel() > 0) {
@@ -241,3 +298,7 @@ void eval(const E& expr, Tensor<T>& out) {
 }
 
 }  // namespace kiln
+
+// Recording and the autograd members need the Tensor class complete.
+#include "kiln/autograd/tensor_autograd.hpp"
+#include "kiln/autograd/view_backward.hpp"

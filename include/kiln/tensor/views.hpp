@@ -69,14 +69,14 @@ Tensor<T> Tensor<T>::view(Shape new_shape) const {
   if (!detail::view_strides(shape(), strides(), new_shape, st))
     throw ShapeError(detail::cat("view: shape ", new_shape, " is not compatible with the input's shape ", shape(),
                                  " and strides ", strides(), "; use reshape(), which copies when it must"));
-  return with_layout(new_shape, st, storage_offset());
+  return with_layout("ViewBackward", new_shape, st, storage_offset());
 }
 
 template <Dtype T>
 Tensor<T> Tensor<T>::reshape(Shape new_shape) const {
   new_shape = detail::infer_size(new_shape, numel(), "reshape", shape());
   Strides st;
-  if (detail::view_strides(shape(), strides(), new_shape, st)) return with_layout(new_shape, st, storage_offset());
+  if (detail::view_strides(shape(), strides(), new_shape, st)) return with_layout("ViewBackward", new_shape, st, storage_offset());
   return clone().view(new_shape);
 }
 
@@ -93,7 +93,7 @@ Tensor<T> Tensor<T>::permute(const Dims& order) const {
     s[i] = shape()[d];
     st[i] = strides()[d];
   }
-  return with_layout(s, st, storage_offset());
+  return with_layout("PermuteBackward", s, st, storage_offset());
 }
 
 template <Dtype T>
@@ -104,7 +104,7 @@ Tensor<T> Tensor<T>::transpose(int64_t d0, int64_t d1) const {
   Strides st = strides();
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
-  return with_layout(s, st, storage_offset());
+  return with_layout("TransposeBackward", s, st, storage_offset());
 }
 
 template <Dtype T>
@@ -126,7 +126,7 @@ Tensor<T> Tensor<T>::slice(int64_t d, int64_t start, int64_t end, int64_t step) 
   Strides st = strides();
   s[k] = (end - start + step - 1) / step;
   st[k] = strides()[k] * step;
-  return with_layout(s, st, storage_offset() + start * strides()[k]);
+  return with_layout("SliceBackward", s, st, storage_offset() + start * strides()[k]);
 }
 
 template <Dtype T>
@@ -151,7 +151,7 @@ Tensor<T> Tensor<T>::select(int64_t d, int64_t index) const {
   Strides st = strides();
   s.erase(k);
   st.erase(k);
-  return with_layout(s, st, storage_offset() + index * strides()[k]);
+  return with_layout("SelectBackward", s, st, storage_offset() + index * strides()[k]);
 }
 
 template <Dtype T>
@@ -162,7 +162,7 @@ Tensor<T> Tensor<T>::unsqueeze(int64_t d) const {
   const int64_t stride = k < dim() ? strides()[k] * shape()[k] : 1;
   s.insert(k, 1);
   st.insert(k, stride);
-  return with_layout(s, st, storage_offset());
+  return with_layout("UnsqueezeBackward", s, st, storage_offset());
 }
 
 template <Dtype T>
@@ -174,7 +174,7 @@ Tensor<T> Tensor<T>::squeeze() const {
       s.push_back(shape()[i]);
       st.push_back(strides()[i]);
     }
-  return with_layout(s, st, storage_offset());
+  return with_layout("SqueezeBackward", s, st, storage_offset());
 }
 
 template <Dtype T>
@@ -186,7 +186,7 @@ Tensor<T> Tensor<T>::squeeze(int64_t d) const {
   Strides st = strides();
   s.erase(k);
   st.erase(k);
-  return with_layout(s, st, storage_offset());
+  return with_layout("SqueezeBackward", s, st, storage_offset());
 }
 
 template <Dtype T>
@@ -211,7 +211,7 @@ Tensor<T> Tensor<T>::expand(const Shape& new_shape) const {
                         " (dim ", j, " has size ", have, ", not 1)");
     }
   }
-  return with_layout(s, st, storage_offset());
+  return with_layout("ExpandBackward", s, st, storage_offset());
 }
 
 template <Dtype T>

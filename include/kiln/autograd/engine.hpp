@@ -1,0 +1,204 @@
+#pragma once
+// The backward pass: walks the graph from the roots in reverse order of creation (a node runs once
+// all gradients flowing into it have arrived), sums gradients that meet, runs tensor hooks, and
+// accumulates into leaves' .grad (or, for autograd::grad, captures the gradients of the inputs).
+#include <cstring>
+#include <map>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/autograd/grad_mode.hpp"
+#include "kiln/autograd/meta.hpp"
+#include "kiln/cpu/eval.hpp"
+
+namespace kiln::autograd {
+
+// Calls f(p, q, n) with the typed data of two contiguous gradients of one floating dtype.
+template <class F>
+void with_gradient_data(const TensorImpl& a, const TensorImpl& b, F&& f) {
+  check<ShapeError>(a.shape == b.shape, "backward: gradients of shapes ", a.shape, " and ", b.shape,
+                    " meet at one tensor");
+  check(a.dtype == b.dtype && a.is_contiguous() && b.is_contiguous(), "backward: gradients of dtypes ",
+        dtype_name(a.dtype), " and ", dtype_name(b.dtype), " cannot be added");
+  auto typed = [&](auto tag) {
+    using T = decltype(tag);
+    f(reinterpret_cast<T*>(a.data_bytes()), reinterpret_cast<const T*>(b.data_bytes()), a.numel());
+  };
+  switch (a.dtype) {
+    case ScalarType::Float: return typed(float{});
+    case ScalarType::Double: return typed(double{});
+    case ScalarType::BFloat16: return typed(bfloat16{});
+    default: throw DTypeError(kiln::detail::cat("backward: gradients must be floating point, got ", dtype_name(a.dtype)));
+  }
+}
+
+// A contiguous copy of a gradient (gradients are small loops, not fused kernels: the engine is
+// compiled into every program and should cost little to build).
+inline ImplPtr copy_gradient(const TensorImpl& g) {
+  ImplPtr out = TensorImpl::allocate(g.shape, g.dtype, "backward");
+  if (g.is_contiguous()) {
+    std::memcpy(out->data_bytes(), g.data_bytes(), size_t(g.numel()) * element_size(g.dtype));
+  } else {
+    LoopPlan<2> plan;
+    plan.rank = g.shape.size();
+    for (int i = 0; i < plan.rank; ++i) plan.shape[i] = g.shape[i];
+    plan.base[0] = out->data_bytes();
+    plan.base[1] = g.data_bytes();
+    set_operand(plan.step[0], *out, g.shape);
+    set_operand(plan.step[1], g, g.shape);
+    plan.coalesce();
+    const int64_t es = int64_t(element_size(g.dtype));
+    cpu::for_each_row(plan, 0, plan.numel(), [&](char* dst, const auto& c, int64_t j, int64_t stop) {
+      for (; j < stop; ++j) std::memcpy(dst + j * plan.step[0][plan.rank - 1], c.ptr[0] + j * c.step[0], size_t(es));
+    });
+  }
+  return out;
+}
+
+// a + b for gradients (null is zero).
+inline ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
+  if (!a) return b;
+  if (!b) return a;
+  ImplPtr sum = a.use_count() == 1 && a->is_contiguous() ? a : copy_gradient(*a);
+  const ImplPtr other = b->is_contiguous() ? b : copy_gradient(*b);
+  with_gradient_data(*sum, *other, [](auto* p, const auto* q, int64_t n) {
+    using T = std::remove_cvref_t<decltype(*p)>;
+    for (int64_t i = 0; i < n; ++i) p[i] = T(compute_t<T>(p[i]) + compute_t<T>(q[i]));
+  });
+  return sum;
+}
+
+// The node that accumulates a leaf's gradient into its .grad (in place once a .grad exists).
+struct AccumulateGrad : Node {
+  explicit AccumulateGrad(ImplPtr leaf) : leaf_(std::move(leaf)) {}
+  std::string name() const override { return "AccumulateGrad"; }
+  GradList apply(GradList&& grads) override {
+    ImplPtr g = std::move(grads.at(0));
+    if (!g) return {};
+    AutogradMeta& meta = *leaf_->autograd;
+    for (const auto& hook : meta.hooks)
+      if (ImplPtr replaced = hook(g)) g = std::move(replaced);
+    // Keep the gradient itself unless someone else holds it (the user's root gradient).
+    if (!meta.grad) meta.grad = g.use_count() > 1 || !g->is_contiguous() ? copy_gradient(*g) : std::move(g);
+    else meta.grad = add_grads(meta.grad, g);
+    return {};
+  }
+  ImplPtr leaf_;
+};
+
+inline AutogradMeta& meta_of(const ImplPtr& impl) {
+  if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
+  return *impl->autograd;
+}
+
+inline bool requires_grad(const TensorImpl& impl) {
+  return impl.autograd && (impl.autograd->requires_grad || impl.autograd->grad_fn);
+}
+
+// Where a gradient with respect to this tensor goes: its grad_fn, or its leaf accumulator.
+inline Edge gradient_edge(const ImplPtr& impl) {
+  if (!requires_grad(*impl)) return {};
+  AutogradMeta& meta = *impl->autograd;
+  if (meta.grad_fn) return {meta.grad_fn, meta.output_nr};
+  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(impl);
+    meta.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+struct BackwardOptions {
+  bool retain_graph = false;
+  // autograd::grad: capture the gradients arriving at these edges instead of touching any .grad.
+  const std::vector<Edge>* capture = nullptr;
+  GradList* captured = nullptr;
+};
+
+inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options) {
+  // Count, for every reachable node, the edges that lead into it.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+  for (const Edge& e : roots)
+    if (e.valid() && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      ++dependencies[e.fn.get()];
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+
+  std::unordered_map<Node*, GradList> buffers;
+  std::unordered_map<Node*, std::shared_ptr<Node>> owners;  // keeps nodes alive while queued
+  auto deliver = [&](const Edge& e, ImplPtr g) {
+    GradList& buf = buffers[e.fn.get()];
+    if (buf.size() < size_t(e.fn->num_outputs())) buf.resize(e.fn->num_outputs());
+    buf[e.input_nr] = add_grads(buf[e.input_nr], g);
+    owners[e.fn.get()] = e.fn;
+  };
+  auto captured_index = [&](const Edge& e) -> int {
+    if (!options.capture) return -1;
+    for (size_t i = 0; i < options.capture->size(); ++i) {
+      const Edge& c = (*options.capture)[i];
+      if (c.fn == e.fn && c.input_nr == e.input_nr) return int(i);
+    }
+    return -1;
+  };
+  auto compare = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(compare)> ready(compare);
+
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!roots[i].valid()) continue;
+    deliver(roots[i], root_grads[i]);
+  }
+  for (const Edge& e : roots)
+    if (e.valid() && dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+
+  std::unordered_set<Node*> queued;
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    if (!queued.insert(n).second) continue;
+    std::shared_ptr<Node> hold = owners[n];
+    GradList grads = std::move(buffers[n]);
+    buffers.erase(n);
+    for (const Node::PreHook& hook : n->pre_hooks) {
+      if (hook.output_nr >= int(grads.size()) || !grads[hook.output_nr]) continue;
+      if (ImplPtr replaced = hook.fn(grads[hook.output_nr])) grads[hook.output_nr] = std::move(replaced);
+    }
+    if (options.capture) {
+      // autograd::grad: a captured edge ends here; leaves' .grad are never touched.
+      bool any_captured = false;
+      for (int k = 0; k < int(grads.size()); ++k) {
+        const int idx = captured_index({hold, k});
+        if (idx >= 0) {
+          (*options.captured)[idx] = add_grads((*options.captured)[idx], grads[k]);
+          any_captured = true;
+        }
+      }
+      if (any_captured || dynamic_cast<AccumulateGrad*>(n)) continue;
+    }
+    if (n->released)
+      throw std::logic_error(kiln::detail::cat(
+          "backward: trying to backward through ", n->name(),
+          " a second time, after its saved values were freed; pass retain_graph=true to the first backward"));
+    GradList out = n->apply(std::move(grads));
+    if (!options.retain_graph) {
+      n->release_saved();
+      n->released = !dynamic_cast<AccumulateGrad*>(n);
+    }
+    for (size_t k = 0; k < n->next_edges.size(); ++k) {
+      const Edge& e = n->next_edges[k];
+      if (!e.valid()) continue;
+      if (k < out.size() && out[k]) deliver(e, std::move(out[k]));
+      if (--dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+    }
+  }
+}
+
+}  // namespace kiln::autograd

@@ -1,0 +1,35 @@
+#pragma once
+// Whether operations record the autograd graph (per thread, as in PyTorch).
+namespace kiln {
+
+namespace autograd::detail {
+inline bool& grad_mode_flag() {
+  thread_local bool enabled = true;
+  return enabled;
+}
+}  // namespace autograd::detail
+
+struct GradMode {
+  static bool is_enabled() { return autograd::detail::grad_mode_flag(); }
+  static void set_enabled(bool enabled) { autograd::detail::grad_mode_flag() = enabled; }
+};
+
+// Sets grad mode for a scope and restores the previous mode after it.
+class AutoGradMode {
+ public:
+  explicit AutoGradMode(bool enabled) : previous_(GradMode::is_enabled()) { GradMode::set_enabled(enabled); }
+  ~AutoGradMode() { GradMode::set_enabled(previous_); }
+  AutoGradMode(const AutoGradMode&) = delete;
+  AutoGradMode& operator=(const AutoGradMode&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// No graph is recorded in its scope (torch.no_grad()).
+class NoGradGuard : public AutoGradMode {
+ public:
+  NoGradGuard() : AutoGradMode(false) {}
+};
+
+}  // namespace kiln
