@@ -79,31 +79,30 @@ struct TapeLeaf {
 template <class V, class... Children>
 struct TapeNode {
   V value;
-  std::tuple<Children...> children;
+  ArgPack<Children...> children;
 };
 
-// Evaluation policies for the two sweeps: Highway vectors, or one element.
-template <class D, class C>
+// Evaluation policies for the two sweeps over the kernel's arrays (cpu/eval.hpp): Highway vectors
+// at position j, or element j.
+template <class D>
 struct SimdSweep {
   D d;
-  const C& c;
+  char* const* ptr;
   int64_t j;
-  size_t count;
   template <int I, class E>
-  inline auto eval(const E& e) const { return simd_eval<I>(e, d, c, j, count); }
+  HWY_INLINE auto eval(const E& e) const { return simd_eval<I>(e, d, ptr, j); }
   template <class Op, class... V>
-  inline auto apply(const V&... v) const { return Op::simd(d, v...); }
+  HWY_INLINE auto apply(const V&... v) const { return Op::simd(d, v...); }
   template <class V>
   using dtype_of = std::conditional_t<std::is_same_v<V, hn::Vec<D>>, hn::TFromD<D>, bool>;
 };
-template <class C>
 struct ScalarSweep {
-  const C& c;
+  char* const* ptr;
   int64_t j;
   template <int I, class E>
-  inline auto eval(const E& e) const { return scalar_eval<I>(e, c, j); }
+  HWY_INLINE auto eval(const E& e) const { return scalar_eval<I>(e, ptr, j); }
   template <class Op, class... V>
-  inline auto apply(const V&... v) const { return Op::scalar(v...); }
+  HWY_INLINE auto apply(const V&... v) const { return Op::scalar(v...); }
   template <class V>
   using dtype_of = V;
 };
@@ -120,9 +119,10 @@ template <int I, class Op, class... A, class S>
 inline auto tape_forward(const Map<Op, A...>& m, const S& s);
 template <int I, class Op, class... A, class S, size_t... K>
 inline auto tape_forward_args(const Map<Op, A...>& m, const S& s, std::index_sequence<K...>) {
-  auto children = std::make_tuple(tape_forward<I + leaf_offset<K, A...>()>(std::get<K>(m.args), s)...);
-  auto value = s.template apply<Op>(std::get<K>(children).value...);
-  return TapeNode<decltype(value), std::tuple_element_t<K, decltype(children)>...>{value, children};
+  using Children = ArgPack<decltype(tape_forward<I + leaf_offset<K, A...>()>(arg<K>(m.args), s))...>;
+  const Children children{tape_forward<I + leaf_offset<K, A...>()>(arg<K>(m.args), s)...};
+  const auto value = s.template apply<Op>(arg<K>(children).value...);
+  return TapeNode<std::remove_const_t<decltype(value)>, decltype(tape_forward<I + leaf_offset<K, A...>()>(arg<K>(m.args), s))...>{value, children};
 }
 template <int I, class Op, class... A, class S>
 inline auto tape_forward(const Map<Op, A...>& m, const S& s) {
@@ -137,7 +137,7 @@ inline auto bound_grads(const Tape& t, const Adj& adj, std::index_sequence<K...>
     using V = std::remove_cvref_t<decltype(v)>;
     return Value<V, typename S::template dtype_of<V>>(v);
   };
-  auto g = Op::grad(value(std::get<K>(t.children).value)..., value(t.value), value(adj));
+  auto g = Op::grad(value(arg<K>(t.children).value)..., value(t.value), value(adj));
   if constexpr (sizeof...(K) == 1) return std::make_tuple(g);
   else return g;
 }
@@ -158,14 +158,14 @@ inline void tape_backward_args(const Map<Op, A...>& m, const S& s, const Tape& t
     constexpr size_t k = decltype(k_constant)::value;
     using G = std::remove_cvref_t<std::tuple_element_t<k, std::remove_cvref_t<decltype(grads)>>>;
     if constexpr (!std::is_same_v<G, NoGrad>) {
-      const auto& child_tape = std::get<k>(t.children);
+      const auto& child_tape = arg<k>(t.children);
       // The adjoint takes the child's type (they differ only across a cast, on the scalar path).
       using ChildV = std::remove_cvref_t<decltype(child_tape.value)>;
       const auto raw = s.template eval<0>(std::get<k>(grads));
       if constexpr (std::is_arithmetic_v<ChildV>)
-        tape_backward<I + leaf_offset<k, A...>()>(std::get<k>(m.args), s, child_tape, ChildV(raw), sink);
+        tape_backward<I + leaf_offset<k, A...>()>(arg<k>(m.args), s, child_tape, ChildV(raw), sink);
       else
-        tape_backward<I + leaf_offset<k, A...>()>(std::get<k>(m.args), s, child_tape, raw, sink);
+        tape_backward<I + leaf_offset<k, A...>()>(arg<k>(m.args), s, child_tape, raw, sink);
     }
   };
   (child(std::integral_constant<size_t, K>{}), ...);

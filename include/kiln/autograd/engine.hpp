@@ -2,72 +2,14 @@
 // The backward pass: walks the graph from the roots in reverse order of creation (a node runs once
 // all gradients flowing into it have arrived), sums gradients that meet, runs tensor hooks, and
 // accumulates into leaves' .grad (or, for autograd::grad, captures the gradients of the inputs).
-#include <cstring>
-#include <map>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/autograd/grad_mode.hpp"
-#include "kiln/autograd/meta.hpp"
-#include "kiln/cpu/eval.hpp"
+#include "kiln/autograd/grad_ops.hpp"
 
 namespace kiln::autograd {
-
-// Calls f(p, q, n) with the typed data of two contiguous gradients of one floating dtype.
-template <class F>
-void with_gradient_data(const TensorImpl& a, const TensorImpl& b, F&& f) {
-  check<ShapeError>(a.shape == b.shape, "backward: gradients of shapes ", a.shape, " and ", b.shape,
-                    " meet at one tensor");
-  check(a.dtype == b.dtype && a.is_contiguous() && b.is_contiguous(), "backward: gradients of dtypes ",
-        dtype_name(a.dtype), " and ", dtype_name(b.dtype), " cannot be added");
-  auto typed = [&](auto tag) {
-    using T = decltype(tag);
-    f(reinterpret_cast<T*>(a.data_bytes()), reinterpret_cast<const T*>(b.data_bytes()), a.numel());
-  };
-  switch (a.dtype) {
-    case ScalarType::Float: return typed(float{});
-    case ScalarType::Double: return typed(double{});
-    case ScalarType::BFloat16: return typed(bfloat16{});
-    default: throw DTypeError(kiln::detail::cat("backward: gradients must be floating point, got ", dtype_name(a.dtype)));
-  }
-}
-
-// A contiguous copy of a gradient (gradients are small loops, not fused kernels: the engine is
-// compiled into every program and should cost little to build).
-inline ImplPtr copy_gradient(const TensorImpl& g) {
-  ImplPtr out = TensorImpl::allocate(g.shape, g.dtype, "backward");
-  if (g.is_contiguous()) {
-    std::memcpy(out->data_bytes(), g.data_bytes(), size_t(g.numel()) * element_size(g.dtype));
-  } else {
-    LoopPlan<2> plan;
-    plan.rank = g.shape.size();
-    for (int i = 0; i < plan.rank; ++i) plan.shape[i] = g.shape[i];
-    plan.base[0] = out->data_bytes();
-    plan.base[1] = g.data_bytes();
-    set_operand(plan.step[0], *out, g.shape);
-    set_operand(plan.step[1], g, g.shape);
-    plan.coalesce();
-    const int64_t es = int64_t(element_size(g.dtype));
-    cpu::for_each_row(plan, 0, plan.numel(), [&](char* dst, const auto& c, int64_t j, int64_t stop) {
-      for (; j < stop; ++j) std::memcpy(dst + j * plan.step[0][plan.rank - 1], c.ptr[0] + j * c.step[0], size_t(es));
-    });
-  }
-  return out;
-}
-
-// a + b for gradients (null is zero).
-inline ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
-  if (!a) return b;
-  if (!b) return a;
-  ImplPtr sum = a.use_count() == 1 && a->is_contiguous() ? a : copy_gradient(*a);
-  const ImplPtr other = b->is_contiguous() ? b : copy_gradient(*b);
-  with_gradient_data(*sum, *other, [](auto* p, const auto* q, int64_t n) {
-    using T = std::remove_cvref_t<decltype(*p)>;
-    for (int64_t i = 0; i < n; ++i) p[i] = T(compute_t<T>(p[i]) + compute_t<T>(q[i]));
-  });
-  return sum;
-}
 
 // The node that accumulates a leaf's gradient into its .grad (in place once a .grad exists).
 struct AccumulateGrad : Node {

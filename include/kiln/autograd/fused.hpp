@@ -2,18 +2,94 @@
 // The node recorded when an expression with a leaf that requires grad is materialized (or
 // reduced): one node for the whole tree, whose backward is one fused pass (autograd/derive.hpp)
 // writing every leaf's gradient; a broadcast leaf's gradient is summed over its broadcast dims.
+//
+// Everything but the kernel lives in FusedNode, compiled once; FusedBackward<E> adds the kernel
+// and the saved expression, so an expression costs little more to compile than its forward.
 #include <optional>
 #include <sstream>
 
 #include "kiln/autograd/derive.hpp"
 #include "kiln/autograd/engine.hpp"
-#include "kiln/tensor/reduce.hpp"
 
 namespace kiln::autograd {
 
+struct FusedNode : Node {
+  // `reaches[k]`: whether leaf k can get a gradient; `expanded`: the shape of the incoming gradient
+  // with reduced dims kept as 1 (it broadcasts to `shape`, the expression's shape).
+  FusedNode(std::vector<ImplPtr> leaves, std::vector<uint64_t> versions, const bool* reaches, Shape shape,
+            Shape expanded, std::string kind)
+      : leaves_(std::move(leaves)),
+        versions_(std::move(versions)),
+        shape_(std::move(shape)),
+        grad_shape_(std::move(expanded)),
+        kind_(std::move(kind)) {
+    for (size_t k = 0; k < leaves_.size(); ++k) next_edges.push_back(reaches[k] ? gradient_edge(leaves_[k]) : Edge{});
+  }
+
+  std::string name() const override {
+    std::ostringstream out;
+    out << kind_ << '(';
+    describe(out);
+    out << ')';
+    return out.str();
+  }
+
+  void release_saved() override { leaves_.clear(); }
+
+  GradList apply(GradList&& grads) override {
+    const size_t n = next_edges.size();
+    ImplPtr g = grads.at(0);
+    if (!g || leaves_.empty()) return GradList(n);
+    for (size_t k = 0; k < n; ++k)
+      if (leaves_[k]->version() != versions_[k])
+        throw StaleExpressionError(kiln::detail::cat(
+            "backward: a tensor of shape ", leaves_[k]->shape, " saved by ", name(),
+            " was modified in place after the forward pass (version ", versions_[k], ", now ", leaves_[k]->version(),
+            "); clone it before modifying it"));
+    check<ShapeError>(g->shape == grad_shape_ || (g->is_contiguous() && g->numel() == numel_of(grad_shape_)),
+                      "backward: ", name(), " got a gradient of shape ", g->shape, ", expected ", grad_shape_);
+    if (g->shape != grad_shape_) g = g->view_as(grad_shape_, contiguous_strides(grad_shape_), g->offset);
+    // One gradient buffer of the expression's shape per leaf that needs one.
+    GradList buffers(n);
+    for (size_t k = 0; k < n; ++k)
+      if (next_edges[k].valid()) buffers[k] = TensorImpl::allocate(shape_, leaves_[k]->dtype, "backward");
+    if (numel_of(shape_) > 0) run_kernel(*g, buffers);
+    // A broadcast leaf's gradient is summed to its shape; a tensor that appears as several leaves
+    // (a * a) gets one gradient per leaf, which the engine adds.
+    for (size_t k = 0; k < n; ++k)
+      if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k]->shape);
+    return buffers;
+  }
+
+ protected:
+  virtual void describe(std::ostream& out) const = 0;
+  // Fills buffers (null: not needed) with the leaves' gradients, all of the expression's shape.
+  virtual void run_kernel(const TensorImpl& g, const GradList& buffers) const = 0;
+
+  // The kernel's plan: operand 0 the incoming gradient, 1..N the leaves, N+1..2N the buffers.
+  template <int N>
+  LoopPlan<2 * N + 1> backward_plan(const TensorImpl& g, const GradList& buffers) const {
+    LoopPlan<2 * N + 1> plan;
+    plan.set_shape(shape_);
+    plan.set_operand(0, &g, shape_);
+    for (int k = 0; k < N; ++k) {
+      plan.set_operand(1 + k, leaves_[k].get(), shape_);
+      plan.set_operand(1 + N + k, buffers[k].get(), shape_);
+    }
+    plan.coalesce();
+    return plan;
+  }
+
+  std::vector<ImplPtr> leaves_;
+  std::vector<uint64_t> versions_;
+  Shape shape_;
+  Shape grad_shape_;
+  std::string kind_;
+};
+
 namespace detail {
 
-// "mul(t0, sin(t1))": the expression a node came from, for grad_fn names and anomaly reports.
+// "mul(t0, sin(t1))": the expression a node came from, for grad_fn names and error messages.
 template <class T>
 void describe(std::ostream& out, const Leaf<T>&, int& leaf) { out << 't' << leaf++; }
 template <class T>
@@ -22,174 +98,127 @@ template <class Op, class... A>
 void describe(std::ostream& out, const Map<Op, A...>& m, int& leaf) {
   out << Op::name << '(';
   bool first = true;
-  std::apply([&](const auto&... a) { ((out << (first ? "" : ", "), first = false, describe(out, a, leaf)), ...); }, m.args);
+  apply_args(m.args, [&](const auto&... a) { ((out << (first ? "" : ", "), first = false, describe(out, a, leaf)), ...); });
   out << ')';
 }
 
-// Writes each leaf's adjoint into its gradient buffer (a null pointer: the leaf needs none).
-// The buffers are contiguous in the iteration's layout, so only a row's tail needs the buffered store.
-template <int N, class C>
+}  // namespace detail
+
+}  // namespace kiln::autograd
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln {
+namespace HWY_NAMESPACE {
+
+// Stores each leaf's adjoint into its gradient array (operand N + I; null: not needed).
+template <int N, class D>
 struct SimdGradSink {
-  const C& c;
+  D d;
+  char* const* ptr;
   int64_t j;
-  size_t count;
   template <int I, class T, class V>
   HWY_INLINE void leaf(const V& adj) {
     if constexpr (is_floating_v<T>) {
-      char* p = const_cast<char*>(c.ptr[N + I]);
-      if (!p) return;
-      const hwy::HWY_NAMESPACE::ScalableTag<hwy::HWY_NAMESPACE::TFromV<V>> d;
-      kiln::HWY_NAMESPACE::store_vector<T>(d, adj, p, c.step[N + I], j, count);
+      if (ptr[N + I]) hn::StoreU(adj, d, reinterpret_cast<hn::TFromD<D>*>(ptr[N + I]) + j);
     }
   }
 };
 
-template <int N, class C>
+template <class E>
+void simd_backward_kernel(const void* context, char* const* ptr, int64_t n) {
+  const E& e = *static_cast<const E*>(context);
+  using L = typename simd_plan<E>::lane;
+  const hn::ScalableTag<L> d;
+  for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) {
+    const SimdSweep<decltype(d)> sweep{d, ptr, j};
+    const auto tape = tape_forward<1>(e, sweep);
+    SimdGradSink<leaf_count_v<E>, decltype(d)> sink{d, ptr, j};
+    tape_backward<1>(e, sweep, tape, hn::LoadU(d, reinterpret_cast<const L*>(ptr[0]) + j), sink);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln
+HWY_AFTER_NAMESPACE();
+
+namespace kiln::autograd {
+
+namespace detail {
+
+template <int N>
 struct ScalarGradSink {
-  const C& c;
+  char* const* ptr;
   int64_t j;
   template <int I, class T, class V>
   void leaf(const V& adj) {
     if constexpr (is_floating_v<T>) {
-      char* p = const_cast<char*>(c.ptr[N + I]);
-      if (p) store_value<T>(p + j * c.step[N + I], compute_t<T>(adj));
+      if (ptr[N + I]) reinterpret_cast<compute_t<T>*>(ptr[N + I])[j] = compute_t<T>(adj);
     }
   }
 };
 
+template <class E>
+void scalar_backward_kernel(const void* context, char* const* ptr, int64_t n) {
+  const E& e = *static_cast<const E*>(context);
+  using G = compute_t<typename E::value_type>;
+  for (int64_t j = 0; j < n; ++j) {
+    const kiln::HWY_NAMESPACE::ScalarSweep sweep{ptr, j};
+    const auto tape = kiln::HWY_NAMESPACE::tape_forward<1>(e, sweep);
+    ScalarGradSink<leaf_count_v<E>> sink{ptr, j};
+    kiln::HWY_NAMESPACE::tape_backward<1>(e, sweep, tape, reinterpret_cast<const G*>(ptr[0])[j], sink);
+  }
+}
+
+// Operand types of E's backward kernel: the incoming gradient, the leaves, their gradients.
+template <class E>
+constexpr auto backward_operands() {
+  constexpr int N = leaf_count_v<E>;
+  const auto leaves = cpu::kernel_operands<E>(std::array<ScalarType, 0>{});
+  std::array<cpu::OperandType, 2 * N + 1> types{};
+  constexpr ScalarType g = scalar_type_of<typename E::value_type>();
+  types[0] = {g, cpu::kernel_dtype<E>(g), false};
+  for (int k = 0; k < N; ++k) {
+    types[1 + k] = leaves[k];
+    types[1 + N + k] = {leaves[k].stored, leaves[k].kernel, true};
+  }
+  return types;
+}
+
 }  // namespace detail
 
-// The backward of one fused expression E. `expanded` is the shape of the incoming gradient with
-// every reduced dim kept (size 1); it broadcasts to the expression's shape (for a plain
-// materialization it is the expression's shape).
+// The backward of one fused expression E.
 template <class E>
-struct FusedBackward : Node {
+struct FusedBackward final : FusedNode {
   static constexpr int N = leaf_count_v<E>;
 
-  FusedBackward(const E& e, Shape expr_shape, Shape expanded, std::string kind)
-      : expr(e), shape(std::move(expr_shape)), grad_shape(std::move(expanded)), kind_(std::move(kind)) {
-    int k = 0;
-    for_each_leaf(e, [&](const auto& leaf) {
-      next_edges.push_back(gradient_reaches<E>[k++] ? gradient_edge(leaf.impl) : Edge{});
-    });
+  FusedBackward(const E& e, std::vector<ImplPtr> leaves, std::vector<uint64_t> versions, Shape shape,
+                Shape expanded, std::string kind)
+      : FusedNode(std::move(leaves), std::move(versions), gradient_reaches<E>.data(), std::move(shape),
+                  std::move(expanded), std::move(kind)),
+        expr_(e) {}
+
+  void release_saved() override {
+    FusedNode::release_saved();
+    expr_.reset();
   }
-
-  std::string name() const override {
-    std::ostringstream out;
-    out << kind_ << '(';
-    int leaf = 0;
-    if (expr) detail::describe(out, *expr, leaf);
-    out << ')';
-    return out.str();
-  }
-
-  void release_saved() override { expr.reset(); }
-
-  GradList apply(GradList&& grads) override {
-    ImplPtr g = grads.at(0);
-    if (!g || !expr) return GradList(N);
-    check_saved_versions();
-    std::vector<ImplPtr> leaves;
-    for_each_leaf(*expr, [&](const auto& leaf) { leaves.push_back(leaf.impl); });
-
-    // One gradient buffer of the expression's shape per leaf that needs one.
-    GradList buffers(N);
-    for (int k = 0; k < N; ++k)
-      if (next_edges[k].valid()) buffers[k] = TensorImpl::allocate(shape, leaves[k]->dtype, "backward");
-    if (numel_of(shape) > 0) run_kernel(*g, leaves, buffers);
-
-    // Reduce broadcast leaves to their shapes; a tensor that appears as several leaves (a * a)
-    // gets one gradient, the sum of its leaves' (the engine would add them too, one edge each).
-    GradList out(N);
-    int k = 0;
-    for_each_leaf(*expr, [&](const auto& leaf) {
-      using T = typename std::remove_cvref_t<decltype(leaf)>::value_type;
-      if constexpr (is_floating_v<T>) {
-        if (buffers[k]) out[k] = sum_to_shape<T>(buffers[k], leaves[k]->shape);
-      }
-      ++k;
-    });
-    return out;
-  }
-
-  std::optional<E> expr;
-  Shape shape;
-  Shape grad_shape;
 
  private:
-  void check_saved_versions() const {
-    for_each_leaf(*expr, [&](const auto& leaf) {
-      if (leaf.impl->version() != leaf.version)
-        throw StaleExpressionError(kiln::detail::cat(
-            "backward: a tensor of shape ", leaf.impl->shape, " saved by ", name(),
-            " was modified in place after the forward pass (version ", leaf.version, ", now ", leaf.impl->version(),
-            "); clone it before modifying it"));
-    });
+  void describe(std::ostream& out) const override {
+    int leaf = 0;
+    if (expr_) detail::describe(out, *expr_, leaf);
   }
 
-  // Operand 0: the incoming gradient; 1..N: the leaves; N+1..2N: the gradient buffers.
-  void run_kernel(const TensorImpl& g, const std::vector<ImplPtr>& leaves, const GradList& buffers) const {
-    LoopPlan<2 * N + 1> plan;
-    plan.rank = shape.size();
-    for (int i = 0; i < shape.size(); ++i) plan.shape[i] = shape[i];
-    TensorImpl g_view = g;  // the incoming gradient with reduced dims kept, broadcast to shape
-    g_view.shape = grad_shape;
-    g_view.strides = contiguous_strides(grad_shape);
-    check<ShapeError>(g.is_contiguous() || g.shape == grad_shape, "backward: unexpected gradient layout");
-    if (g.shape == grad_shape) g_view.strides = g.strides;
-    plan.base[0] = g_view.data_bytes();
-    set_operand(plan.step[0], g_view, shape);
-    for (int k = 0; k < N; ++k) {
-      plan.base[1 + k] = leaves[k]->data_bytes();
-      set_operand(plan.step[1 + k], *leaves[k], shape);
-      if (buffers[k]) {
-        plan.base[1 + N + k] = buffers[k]->data_bytes();
-        set_operand(plan.step[1 + N + k], *buffers[k], shape);
-      }
-    }
-    plan.coalesce();
-    const int64_t gstep = plan.step[0][plan.rank - 1];
-    using GT = typename E::value_type;
-    constexpr int64_t cost = 3 * tree_traits<E>::cost + 2 * N + 1;
-    const E& e = *expr;
-    cpu::parallel_for(plan.numel(), cost, 64, [&](int64_t begin, int64_t end) {
-      cpu::for_each_row(plan, begin, end, [&](char* gptr, const auto& c, int64_t j, int64_t stop) {
-        namespace kh = kiln::HWY_NAMESPACE;
-        using C = std::remove_cvref_t<decltype(c)>;
-        if constexpr (cpu::is_simd_v<E>) {
-          const hwy::HWY_NAMESPACE::ScalableTag<typename kh::simd_plan<E>::lane> d;
-          const int64_t lanes = int64_t(hwy::HWY_NAMESPACE::Lanes(d));
-          for (; j < stop; j += lanes) {
-            const size_t count = size_t(std::min(lanes, stop - j));
-            const kh::SimdSweep<decltype(d), C> sweep{d, c, j, count};
-            const auto tape = kh::tape_forward<0>(e, sweep);
-            detail::SimdGradSink<N, C> sink{c, j, count};
-            kh::tape_backward<0>(e, sweep, tape, kh::load_leaf<GT>(d, gptr, gstep, j, count), sink);
-          }
-        } else {
-          for (; j < stop; ++j) {
-            const kh::ScalarSweep<C> sweep{c, j};
-            const auto tape = kh::tape_forward<0>(e, sweep);
-            detail::ScalarGradSink<N, C> sink{c, j};
-            kh::tape_backward<0>(e, sweep, tape, load_value<GT>(gptr + j * gstep), sink);
-          }
-        }
-      });
-    });
+  void run_kernel(const TensorImpl& g, const GradList& buffers) const override {
+    static constexpr auto types = detail::backward_operands<E>();
+    cpu::KernelDesc kernel;
+    if constexpr (cpu::is_simd_v<E>)
+      kernel = {&kiln::HWY_NAMESPACE::simd_backward_kernel<E>, kiln::HWY_NAMESPACE::simd_lanes<E>()};
+    else
+      kernel = {&detail::scalar_backward_kernel<E>, 1};
+    cpu::run_plan(backward_plan<N>(g, buffers), types.data(), kernel, &*expr_, 3 * tree_traits<E>::cost + 2 * N + 1);
   }
 
-  // Sums a gradient of the expression's shape over the dims where the leaf was broadcast.
-  template <class T>
-  static ImplPtr sum_to_shape(const ImplPtr& grad, const Shape& leaf_shape) {
-    if (grad->shape == leaf_shape) return grad;
-    const int lead = grad->shape.size() - leaf_shape.size();
-    Dims dims;
-    for (int i = 0; i < grad->shape.size(); ++i)
-      if (i < lead || (leaf_shape[i - lead] == 1 && grad->shape[i] != 1)) dims.push_back(i);
-    return sum(Tensor<T>(grad), dims, true).reshape(leaf_shape).impl_ptr();
-  }
-
-  std::string kind_;
+  std::optional<E> expr_;
 };
 
 // True when grad mode is on and some leaf of the expression requires grad.
@@ -206,9 +235,15 @@ bool needs_graph(const E& e) {
 template <class E>
 void record_fused(const E& e, const ImplPtr& out, const Shape& expr_shape, const Shape& expanded_grad_shape,
                   const char* kind) {
-  auto node = std::make_shared<FusedBackward<E>>(e, expr_shape, expanded_grad_shape, kind);
+  std::vector<ImplPtr> leaves;
+  std::vector<uint64_t> versions;
+  for_each_leaf(e, [&](const auto& leaf) {
+    leaves.push_back(leaf.impl);
+    versions.push_back(leaf.version);
+  });
   AutogradMeta& meta = meta_of(out);
-  meta.grad_fn = std::move(node);
+  meta.grad_fn = std::make_shared<FusedBackward<E>>(e, std::move(leaves), std::move(versions), expr_shape,
+                                                    expanded_grad_shape, kind);
   meta.output_nr = 0;
 }
 

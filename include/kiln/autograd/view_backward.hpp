@@ -1,20 +1,22 @@
 #pragma once
 // The backward of every view (view, reshape, permute, transpose, slice, select, unsqueeze,
 // squeeze, expand, flatten, index): one node, as PyTorch's as_strided backward. The view's
-// gradient is first summed over the view's broadcast (stride-0) dims, then written into a zeroed
-// buffer laid out like the base's storage at the view's place, and read back in the base's shape.
+// gradient is summed over the view's broadcast (stride-0) dims, written into a zeroed buffer laid
+// out like the base's storage at the view's place, and read back in the base's shape. Type-erased:
+// one node class for every dtype.
+#include <cstring>
+
 #include "kiln/autograd/engine.hpp"
-#include "kiln/tensor/reduce.hpp"
 
 namespace kiln::autograd {
 
-template <Dtype T>
 struct ViewBackward : Node {
-  ViewBackward(const ImplPtr& base, const ImplPtr& view, const char* kind) : kind_(kind) {
-    base_ = base->view_as(base->shape, base->strides, base->offset);  // layout only: no autograd meta
-    view_shape_ = view->shape;
-    view_strides_ = view->strides;
-    view_offset_ = view->offset;
+  ViewBackward(const ImplPtr& base, const ImplPtr& view, const char* kind)
+      : base_(base->view_as(base->shape, base->strides, base->offset)),  // layout only: no autograd meta
+        view_shape_(view->shape),
+        view_strides_(view->strides),
+        view_offset_(view->offset),
+        kind_(kind) {
     next_edges.push_back(gradient_edge(base));
   }
   std::string name() const override { return kind_; }
@@ -22,28 +24,22 @@ struct ViewBackward : Node {
   GradList apply(GradList&& grads) override {
     const ImplPtr& g = grads.at(0);
     if (!g) return {nullptr};
-    {
-      const Tensor<T> grad(g);
-      // Sum over the dims the view broadcast (stride 0, size > 1): they all map to one element.
-      Dims broadcast;
-      Strides strides = view_strides_;
-      for (int i = 0; i < view_shape_.size(); ++i)
-        if (view_strides_[i] == 0 && view_shape_[i] > 1) broadcast.push_back(i);
-      Tensor<T> src = broadcast.empty() ? grad : sum(grad, broadcast, /*keepdim=*/true);
-      Shape src_shape = src.shape();
-      // A buffer covering the base's span of storage, in the base's layout, zeroed.
-      int64_t lo = base_->offset, hi = base_->offset;
-      for (int i = 0; i < base_->shape.size(); ++i) {
-        const int64_t reach = (base_->shape[i] - 1) * base_->strides[i];
-        (reach < 0 ? lo : hi) += reach;
-      }
-      Tensor<T> buffer(TensorImpl::allocate({base_->numel() == 0 ? 0 : hi - lo + 1}, scalar_type_of<T>(), "backward"));
-      buffer.zero_();
-      Tensor<T> base_grad(buffer.impl_ptr()->view_as(base_->shape, base_->strides, base_->offset - lo));
-      Tensor<T> target(buffer.impl_ptr()->view_as(src_shape, strides, view_offset_ - lo));
-      target.copy_(src);
-      return {base_grad.contiguous().impl_ptr()};
+    // Every element of a broadcast dim (stride 0, size > 1) maps to one element of the base.
+    Shape summed = view_shape_;
+    for (int i = 0; i < summed.size(); ++i)
+      if (view_strides_[i] == 0) summed[i] = 1;
+    const ImplPtr src = sum_to_shape(g, summed);
+    // A zeroed buffer covering the base's span of storage; the view's gradient goes to the view's place.
+    int64_t lo = base_->offset, hi = base_->offset;
+    for (int i = 0; i < base_->shape.size(); ++i) {
+      const int64_t reach = (base_->shape[i] - 1) * base_->strides[i];
+      (reach < 0 ? lo : hi) += reach;
     }
+    const int64_t span = base_->numel() == 0 ? 0 : hi - lo + 1;
+    const ImplPtr buffer = TensorImpl::allocate({span}, g->dtype, "backward");
+    std::memset(buffer->data_bytes(), 0, size_t(span) * element_size(g->dtype));
+    copy_elements(*buffer->view_as(summed, view_strides_, view_offset_ - lo), *src);
+    return {copy_gradient(*buffer->view_as(base_->shape, base_->strides, base_->offset - lo))};
   }
 
  private:
@@ -54,11 +50,9 @@ struct ViewBackward : Node {
   std::string kind_;
 };
 
-template <Dtype T>
-void record_view(const ImplPtr& base, const ImplPtr& view, const char* kind) {
-  auto node = std::make_shared<ViewBackward<T>>(base, view, kind);
+inline void record_view(const ImplPtr& base, const ImplPtr& view, const char* kind) {
   AutogradMeta& meta = meta_of(view);
-  meta.grad_fn = std::move(node);
+  meta.grad_fn = std::make_shared<ViewBackward>(base, view, kind);
   meta.output_nr = 0;
 }
 

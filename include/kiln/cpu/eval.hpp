@@ -1,140 +1,45 @@
 #pragma once
 // Evaluates an expression tree into a destination in one pass.
 //
-// The loop: broadcast every leaf to the output shape, coalesce dims that are contiguous for every
-// operand, then walk the rows of the innermost dim. Within a row the tree runs as Highway vectors
-// when every node has a SIMD form for one lane type (capability is the AND over the tree),
-// otherwise as scalars through the same driver. Partial vectors (row tails, strided or converted
-// leaves) go through a small buffer, so a value never depends on where it sits in the array and
-// nothing is read or written out of bounds. Rows are split over threads by a cost model.
+// The kernel generated for a tree runs it over contiguous arrays (cpu/stage.hpp hands it those,
+// staging whatever is strided, broadcast, converted or a row's tail): as Highway vectors when every
+// node has a SIMD form for one lane type (capability is the AND over the tree), else element by
+// element in each op's compute type. The tree is compiled once per kernel.
 #include <hwy/highway.h>
 
-#include <algorithm>
-#include <cstring>
-#include <iterator>
+#include <array>
 #include <type_traits>
 
-#include "kiln/cpu/parallel.hpp"
+#include "kiln/cpu/stage.hpp"
 #include "kiln/expr/node.hpp"
 
 namespace kiln {
 
-// ---- the loop plan: shape and byte strides of the destination (operand 0) and each leaf -------
-
-template <int NOps>
-struct LoopPlan {
-  int rank = 0;
-  int64_t shape[kMaxRank] = {};
-  char* base[NOps] = {};
-  int64_t step[NOps][kMaxRank] = {};  // bytes
-
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= shape[i];
-    return n;
-  }
-
-  // Drops size-1 dims and merges neighbours that are contiguous for every operand; leaves rank >= 1.
-  void coalesce() {
-    int r = 0;
-    for (int i = 0; i < rank; ++i) {
-      if (shape[i] == 1) continue;
-      if (r > 0) {
-        bool mergeable = true;
-        for (int k = 0; k < NOps; ++k) mergeable &= step[k][r - 1] == step[k][i] * shape[i];
-        if (mergeable) {
-          shape[r - 1] *= shape[i];
-          for (int k = 0; k < NOps; ++k) step[k][r - 1] = step[k][i];
-          continue;
-        }
-      }
-      shape[r] = shape[i];
-      for (int k = 0; k < NOps; ++k) step[k][r] = step[k][i];
-      ++r;
-    }
-    if (r == 0) {
-      shape[0] = 1;
-      for (int k = 0; k < NOps; ++k) step[k][0] = 0;
-      r = 1;
-    }
-    rank = r;
-  }
-};
-
-// Byte pointer and byte step of an operand as the operand of shape `out` (broadcast).
-inline void set_operand(int64_t* steps, const TensorImpl& t, const Shape& out) {
-  const Strides st = broadcast_strides(t.shape, t.strides, out);
-  const int64_t es = int64_t(element_size(t.dtype));
-  for (int i = 0; i < out.size(); ++i) steps[i] = st[i] * es;
-}
-
-template <class E>
-LoopPlan<leaf_count_v<E> + 1> make_plan(const E& e, const TensorImpl& dst) {
-  LoopPlan<leaf_count_v<E> + 1> plan;
-  const Shape& out = dst.shape;
-  plan.rank = out.size();
-  for (int i = 0; i < out.size(); ++i) plan.shape[i] = out[i];
-  plan.base[0] = dst.data_bytes();
-  set_operand(plan.step[0], dst, out);
-  int k = 1;
-  for_each_leaf(e, [&](const auto& leaf) {
-    plan.base[k] = leaf.impl->data_bytes();
-    set_operand(plan.step[k], *leaf.impl, out);
-    ++k;
-  });
-  plan.coalesce();
-  return plan;
-}
-
-template <class T>
-inline compute_t<T> load_value(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return compute_t<T>(v);
-}
-
-template <class T, class V>
-inline void store_value(char* p, V v) {
-  T out;
-  if constexpr (std::is_same_v<T, bool>) out = v != V(0);
-  else out = T(v);
-  std::memcpy(p, &out, sizeof(T));
-}
-
-// Per row: each leaf's byte pointer at the row start and its byte step along the row. Dense rows
-// (every leaf contiguous and of the lane type) take a kernel without per-leaf branches.
-template <int N, bool Dense = false>
-struct RowCursor {
-  static constexpr bool dense = Dense;
-  const char* ptr[N > 0 ? N : 1];
-  int64_t step[N > 0 ? N : 1];
-};
-
 // ---- scalar path ------------------------------------------------------------------------------
+// Leaf I reads ptr[I], an array of its compute type. (Helpers rather than lambdas: a lambda's call
+// is not forced inline, and a call per element or per vector costs more than most ops.)
 
-template <int I, class T, class C>
-HWY_INLINE compute_t<T> scalar_eval(const Leaf<T>&, const C& c, int64_t j) {
-  return load_value<T>(c.ptr[I] + j * c.step[I]);
+template <int I, class T>
+HWY_INLINE compute_t<T> scalar_eval(const Leaf<T>&, char* const* ptr, int64_t j) {
+  return reinterpret_cast<const compute_t<T>*>(ptr[I])[j];
 }
-template <int I, class T, class C>
-HWY_INLINE compute_t<T> scalar_eval(const Scalar<T>& s, const C&, int64_t) {
+template <int I, class T>
+HWY_INLINE compute_t<T> scalar_eval(const Scalar<T>& s, char* const*, int64_t) {
   return s.value;
 }
-template <int I, class V, class T, class C>
-HWY_INLINE V scalar_eval(const Value<V, T>& v, const C&, int64_t) {
+template <int I, class V, class T>
+HWY_INLINE V scalar_eval(const Value<V, T>& v, char* const*, int64_t) {
   return v.value;
 }
-// (Helpers rather than lambdas: a lambda's call is not forced inline, and a call per element or
-// per vector costs more than most ops.)
-template <int I, class Op, class... A, class C>
-HWY_INLINE auto scalar_eval(const Map<Op, A...>& m, const C& c, int64_t j);
-template <int I, class Op, class... A, class C, size_t... K>
-HWY_INLINE auto scalar_eval_args(const Map<Op, A...>& m, const C& c, int64_t j, std::index_sequence<K...>) {
-  return Op::scalar(scalar_eval<I + leaf_offset<K, A...>()>(std::get<K>(m.args), c, j)...);
+template <int I, class Op, class... A>
+HWY_INLINE auto scalar_eval(const Map<Op, A...>& m, char* const* ptr, int64_t j);
+template <int I, class Op, class... A, size_t... K>
+HWY_INLINE auto scalar_eval_args(const Map<Op, A...>& m, char* const* ptr, int64_t j, std::index_sequence<K...>) {
+  return Op::scalar(scalar_eval<I + leaf_offset<K, A...>()>(arg<K>(m.args), ptr, j)...);
 }
-template <int I, class Op, class... A, class C>
-HWY_INLINE auto scalar_eval(const Map<Op, A...>& m, const C& c, int64_t j) {
-  return scalar_eval_args<I>(m, c, j, std::index_sequence_for<A...>{});
+template <int I, class Op, class... A>
+HWY_INLINE auto scalar_eval(const Map<Op, A...>& m, char* const* ptr, int64_t j) {
+  return scalar_eval_args<I>(m, ptr, j, std::index_sequence_for<A...>{});
 }
 
 }  // namespace kiln
@@ -183,91 +88,52 @@ struct simd_plan<Map<Op, A...>> {
                              (agrees<typename simd_plan<A>::lane> && ...) && op_has_simd<Op, lane>();
 };
 
-template <class D>
-inline constexpr size_t kBufferLanes = HWY_MAX_BYTES / sizeof(hn::TFromD<D>);
-
-// A leaf's vector: a plain load when it is contiguous and of the lane type, a broadcast when its
-// step is 0, else gathered and converted through a buffer (also for partial vectors).
-template <class T, class D>
-HWY_INLINE auto load_leaf(D d, const char* p, int64_t step, int64_t j, size_t count) {
-  using L = hn::TFromD<D>;
-  hn::Vec<D> v;
-  if (step == 0) {
-    v = hn::Set(d, L(load_value<T>(p)));
-  } else if (std::is_same_v<T, L> && step == int64_t(sizeof(T)) && count == hn::Lanes(d)) {
-    v = hn::LoadU(d, reinterpret_cast<const L*>(p) + j);
-  } else {
-    alignas(HWY_MAX_BYTES) L buf[kBufferLanes<D>] = {};
-    for (size_t k = 0; k < count; ++k) buf[k] = L(load_value<T>(p + (j + int64_t(k)) * step));
-    v = hn::Load(d, buf);
-  }
+// Leaf I is a full vector of the lane type at ptr[I] + j (bool leaves staged as 0/1 lanes).
+template <int I, class T, class D>
+HWY_INLINE auto simd_eval(const Leaf<T>&, D d, char* const* ptr, int64_t j) {
+  const auto v = hn::LoadU(d, reinterpret_cast<const hn::TFromD<D>*>(ptr[I]) + j);
   if constexpr (std::is_same_v<T, bool>) return hn::Ne(v, hn::Zero(d));
   else return v;
 }
-
-template <int I, class T, class D, class C>
-HWY_INLINE auto simd_eval(const Leaf<T>&, D d, const C& c, int64_t j, size_t count) {
-  if constexpr (C::dense) {
-    if (count == hn::Lanes(d)) return hn::LoadU(d, reinterpret_cast<const hn::TFromD<D>*>(c.ptr[I]) + j);
-  }
-  return load_leaf<T>(d, c.ptr[I], c.step[I], j, count);
-}
-template <int I, class T, class D, class C>
-HWY_INLINE auto simd_eval(const Scalar<T>& s, D d, const C&, int64_t, size_t) {
+template <int I, class T, class D>
+HWY_INLINE auto simd_eval(const Scalar<T>& s, D d, char* const*, int64_t) {
   return hn::Set(d, hn::TFromD<D>(s.value));
 }
-template <int I, class V, class T, class D, class C>
-HWY_INLINE V simd_eval(const Value<V, T>& v, D, const C&, int64_t, size_t) {
+template <int I, class V, class T, class D>
+HWY_INLINE V simd_eval(const Value<V, T>& v, D, char* const*, int64_t) {
   return v.value;
 }
-template <int I, class Op, class... A, class D, class C>
-HWY_INLINE auto simd_eval(const Map<Op, A...>& m, D d, const C& c, int64_t j, size_t count);
-template <int I, class Op, class... A, class D, class C, size_t... K>
-HWY_INLINE auto simd_eval_args(const Map<Op, A...>& m, D d, const C& c, int64_t j, size_t count,
-                               std::index_sequence<K...>) {
-  return Op::simd(d, simd_eval<I + leaf_offset<K, A...>()>(std::get<K>(m.args), d, c, j, count)...);
+template <int I, class Op, class... A, class D>
+HWY_INLINE auto simd_eval(const Map<Op, A...>& m, D d, char* const* ptr, int64_t j);
+template <int I, class Op, class... A, class D, size_t... K>
+HWY_INLINE auto simd_eval_args(const Map<Op, A...>& m, D d, char* const* ptr, int64_t j, std::index_sequence<K...>) {
+  return Op::simd(d, simd_eval<I + leaf_offset<K, A...>()>(arg<K>(m.args), d, ptr, j)...);
 }
-template <int I, class Op, class... A, class D, class C>
-HWY_INLINE auto simd_eval(const Map<Op, A...>& m, D d, const C& c, int64_t j, size_t count) {
-  return simd_eval_args<I>(m, d, c, j, count, std::index_sequence_for<A...>{});
-}
-
-template <class Dst, class D, class V>
-HWY_INLINE void store_vector(D d, V v, char* p, int64_t step, int64_t j, size_t count) {
-  using L = hn::TFromD<D>;
-  if constexpr (!std::is_same_v<V, hn::Vec<D>>) {  // a mask: bool results
-    store_vector<Dst>(d, hn::IfThenElseZero(v, hn::Set(d, L(1))), p, step, j, count);
-  } else {
-    if (std::is_same_v<Dst, L> && step == int64_t(sizeof(L)) && count == hn::Lanes(d)) {
-      hn::StoreU(v, d, reinterpret_cast<L*>(p) + j);
-      return;
-    }
-    alignas(HWY_MAX_BYTES) L buf[kBufferLanes<D>];
-    hn::Store(v, d, buf);
-    for (size_t k = 0; k < count; ++k) store_value<Dst>(p + (j + int64_t(k)) * step, buf[k]);
-  }
+template <int I, class Op, class... A, class D>
+HWY_INLINE auto simd_eval(const Map<Op, A...>& m, D d, char* const* ptr, int64_t j) {
+  return simd_eval_args<I>(m, d, ptr, j, std::index_sequence_for<A...>{});
 }
 
-// True when every leaf of the tree is stored as the lane type L (so a row can be dense).
-template <class L, class E>
-struct stores_lane : std::false_type {};
-template <class L>
-struct stores_lane<L, Leaf<L>> : std::true_type {};
-template <class L, class T>
-struct stores_lane<L, Scalar<T>> : std::true_type {};
-template <class L, class Op, class... A>
-struct stores_lane<L, Map<Op, A...>> : std::bool_constant<(stores_lane<L, A>::value && ...)> {};
+// A node's value as a vector of lanes: masks (bool results) become 1 and 0.
+template <class D, class V>
+HWY_INLINE hn::Vec<D> as_lanes(D d, V v) {
+  if constexpr (std::is_same_v<V, hn::Vec<D>>) return v;
+  else return hn::IfThenElseZero(v, hn::Set(d, hn::TFromD<D>(1)));
+}
 
-template <class Dst, class E, class C>
-HWY_INLINE void simd_segment(const E& e, char* dst, int64_t dstep, const C& c, int64_t j, int64_t end) {
-  const hn::ScalableTag<typename simd_plan<E>::lane> d;
-  const int64_t lanes = int64_t(hn::Lanes(d));
-  // One call site for the tree (the row's tail is a partial vector through the same code): each
-  // inlined copy of a deep tree costs compile time.
-  for (; j < end; j += lanes) {
-    const size_t count = size_t(std::min(lanes, end - j));
-    store_vector<Dst>(d, simd_eval<0>(e, d, c, j, count), dst, dstep, j, count);
-  }
+// The forward kernel: ptr[0] is the output, ptr[1..] the leaves.
+template <class E>
+void simd_kernel(const void* context, char* const* ptr, int64_t n) {
+  const E& e = *static_cast<const E*>(context);
+  using L = typename simd_plan<E>::lane;
+  const hn::ScalableTag<L> d;
+  L* out = reinterpret_cast<L*>(ptr[0]);
+  for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) hn::StoreU(as_lanes(d, simd_eval<1>(e, d, ptr, j)), d, out + j);
+}
+
+template <class E>
+inline int64_t simd_lanes() {
+  return int64_t(hn::Lanes(hn::ScalableTag<typename simd_plan<E>::lane>()));
 }
 
 }  // namespace HWY_NAMESPACE
@@ -281,78 +147,60 @@ template <class E>
 inline constexpr bool is_simd_v = kiln::HWY_NAMESPACE::simd_plan<E>::ok &&
                                   !std::is_void_v<typename kiln::HWY_NAMESPACE::simd_plan<E>::lane>;
 
-// Walks the flat index range [begin, end) of the plan's iteration space row by row and calls
-// row(dst_ptr, cursor, col_begin, col_end) with pointers at the start of each row.
-template <int NOps, class RowFn>
-void for_each_row(const LoopPlan<NOps>& plan, int64_t begin, int64_t end, RowFn&& row) {
-  const int inner = plan.rank - 1;
-  const int64_t len = plan.shape[inner];
-  int64_t idx[kMaxRank] = {};
-  int64_t r = begin / len, col = begin % len;
-  for (int i = inner - 1; i >= 0; --i) {
-    idx[i] = r % plan.shape[i];
-    r /= plan.shape[i];
+// The type the kernel of E holds a value of dtype V in: the lane type on the SIMD path (bool
+// values as 0/1 lanes), else V's compute type.
+template <class E, class V>
+using kernel_t = std::conditional_t<is_simd_v<E>, typename kiln::HWY_NAMESPACE::simd_plan<E>::lane, compute_t<V>>;
+
+// The dtype E's kernel holds a value stored as `stored` in.
+template <class E>
+constexpr ScalarType kernel_dtype(ScalarType stored) {
+  if constexpr (is_simd_v<E>) return scalar_type_of<typename kiln::HWY_NAMESPACE::simd_plan<E>::lane>();
+  else return stored == ScalarType::BFloat16 ? ScalarType::Float : stored;
+}
+
+// Operand types of E's kernels: outputs first (stored as `outputs`), then the leaves.
+template <class E, size_t NOut>
+constexpr auto kernel_operands(const std::array<ScalarType, NOut>& outputs) {
+  std::array<OperandType, NOut + leaf_count_v<E>> types{};
+  for (size_t k = 0; k < NOut; ++k) types[k] = {outputs[k], kernel_dtype<E>(outputs[k]), true};
+  for (size_t k = 0; k < leaf_dtypes<E>::value.size(); ++k)
+    types[NOut + k] = {leaf_dtypes<E>::value[k], kernel_dtype<E>(leaf_dtypes<E>::value[k]), false};
+  return types;
+}
+
+template <class E>
+void scalar_kernel(const void* context, char* const* ptr, int64_t n) {
+  const E& e = *static_cast<const E*>(context);
+  using K = kernel_t<E, typename E::value_type>;
+  K* out = reinterpret_cast<K*>(ptr[0]);
+  for (int64_t j = 0; j < n; ++j) {
+    const auto v = scalar_eval<1>(e, ptr, j);
+    if constexpr (std::is_same_v<K, bool>) out[j] = v != decltype(v)(0);
+    else out[j] = K(v);
   }
-  char* dst = plan.base[0];
-  RowCursor<NOps - 1> c;
-  for (int k = 0; k + 1 < NOps; ++k) {
-    c.ptr[k] = plan.base[k + 1];
-    c.step[k] = plan.step[k + 1][inner];
-  }
-  auto offset = [&](int k) {
-    int64_t o = 0;
-    for (int i = 0; i < inner; ++i) o += idx[i] * plan.step[k][i];
-    return o;
-  };
-  dst += offset(0);
-  for (int k = 1; k < NOps; ++k) c.ptr[k - 1] += offset(k);
-  while (begin < end) {
-    const int64_t stop = std::min(len, col + (end - begin));
-    row(dst, c, col, stop);
-    begin += stop - col;
-    col = 0;
-    for (int i = inner - 1; i >= 0; --i) {  // odometer step to the next row
-      dst += plan.step[0][i];
-      for (int k = 1; k < NOps; ++k) c.ptr[k - 1] += plan.step[k][i];
-      if (++idx[i] < plan.shape[i]) break;
-      dst -= plan.step[0][i] * plan.shape[i];
-      for (int k = 1; k < NOps; ++k) c.ptr[k - 1] -= plan.step[k][i] * plan.shape[i];
-      idx[i] = 0;
-    }
-  }
+}
+
+// The forward kernel of E.
+template <class E>
+KernelDesc forward_kernel() {
+  if constexpr (is_simd_v<E>) return {&kiln::HWY_NAMESPACE::simd_kernel<E>, kiln::HWY_NAMESPACE::simd_lanes<E>()};
+  else return {&scalar_kernel<E>, 1};
 }
 
 // dst = e, elementwise; dst's shape is the iteration shape (e broadcasts to it). The caller has
 // checked shapes, versions and overlap.
 template <class E>
 void assign(const E& e, const TensorImpl& dst) {
-  using Dst = typename E::value_type;
-  auto plan = make_plan(e, dst);
-  constexpr int plan_ops = leaf_count_v<E> + 1;
-  const int64_t dstep = plan.step[0][plan.rank - 1];
-  constexpr int64_t cost = tree_traits<E>::cost + 1;
-  parallel_for(plan.numel(), cost, 64, [&](int64_t begin, int64_t end) {
-    for_each_row(plan, begin, end, [&](char* out, const auto& c, int64_t j, int64_t stop) {
-      if constexpr (is_simd_v<E>) {
-        namespace kh = kiln::HWY_NAMESPACE;
-        using L = typename kh::simd_plan<E>::lane;
-        if constexpr (std::is_same_v<Dst, L> && kh::stores_lane<L, E>::value) {
-          bool dense = dstep == int64_t(sizeof(L));
-          for (int k = 0; k + 1 < plan_ops; ++k) dense &= c.step[k] == int64_t(sizeof(L));
-          if (dense) {
-            RowCursor<plan_ops - 1, true> dc;
-            std::copy(std::begin(c.ptr), std::end(c.ptr), dc.ptr);
-            std::copy(std::begin(c.step), std::end(c.step), dc.step);
-            kh::simd_segment<Dst>(e, out, dstep, dc, j, stop);
-            return;
-          }
-        }
-        kh::simd_segment<Dst>(e, out, dstep, c, j, stop);
-      } else {
-        for (; j < stop; ++j) store_value<Dst>(out + j * dstep, scalar_eval<0>(e, c, j));
-      }
-    });
-  });
+  constexpr int NOps = leaf_count_v<E> + 1;
+  LoopPlan<NOps> plan;
+  plan.set_shape(dst.shape);
+  plan.set_operand(0, &dst, dst.shape);
+  int k = 1;
+  for_each_leaf(e, [&](const auto& leaf) { plan.set_operand(k++, leaf.impl.get(), dst.shape); });
+  plan.coalesce();
+  static constexpr auto types = kernel_operands<E>(std::array{scalar_type_of<typename E::value_type>()});
+  run_plan(plan, types.data(), forward_kernel<E>(), &e, tree_traits<E>::cost + 1);
 }
 
 }  // namespace kiln::cpu

@@ -666,27 +666,26 @@ namespace detail {
 template <class E>
 using reduce_value_t = compute_t<typename E::value_type>;
 
-// The tree runs as Highway vectors (a bool leaf alone has no lane type: scalar path).
-template <class E>
-inline constexpr bool reduce_simd_v =
-    is_simd_v<E> && !std::is_void_v<typename kiln::HWY_NAMESPACE::simd_plan<E>::lane>;
-
 // A leaf whose memory already holds compute values: read in place when its row is contiguous.
 template <class E>
 inline constexpr bool plain_leaf_v = false;
 template <class T>
 inline constexpr bool plain_leaf_v<Leaf<T>> = std::is_same_v<T, compute_t<T>>;
 
-// Evaluates e at row positions [j, j + n) of cursor c into buf, with the fused row kernels.
+// Evaluates e at row positions [j, j + n) of cursor c into buf, with E's forward kernel.
 template <class E, class C, class V>
 inline void eval_block(const E& e, const C& c, int64_t j, int64_t n, V* buf) {
-  if constexpr (reduce_simd_v<E>) {
-    C at = c;
-    for (int k = 0; k < leaf_count_v<E>; ++k) at.ptr[k] += j * at.step[k];
-    kiln::HWY_NAMESPACE::simd_segment<V>(e, reinterpret_cast<char*>(buf), int64_t(sizeof(V)), at, 0, n);
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = V(scalar_eval<0>(e, c, j + i));
+  constexpr int NOps = leaf_count_v<E> + 1;
+  static constexpr auto types = kernel_operands<E>(std::array{scalar_type_of<V>()});
+  char* at[NOps];
+  int64_t step[NOps];
+  at[0] = reinterpret_cast<char*>(buf);
+  step[0] = int64_t(sizeof(V));
+  for (int k = 1; k < NOps; ++k) {
+    step[k] = c.step[k - 1];
+    at[k] = const_cast<char*>(c.ptr[k - 1]) + j * step[k];
   }
+  run_segment(forward_kernel<E>(), &e, types.data(), NOps, at, step, n);
 }
 
 // Folds the row segment [j, stop) into s (inner mode); index is the reduction position of j.
@@ -786,11 +785,7 @@ ReducePlan<leaf_count_v<E> + 1> make_reduce_plan(const E& e, const Shape& in, co
     p.step[0][i] = (mask >> i & 1u) ? 0 : ost[i] * oes;
   }
   int k = 1;
-  for_each_leaf(e, [&](const auto& leaf) {
-    p.base[k] = leaf.impl->data_bytes();
-    set_operand(p.step[k], *leaf.impl, in);
-    ++k;
-  });
+  for_each_leaf(e, [&](const auto& leaf) { p.set_operand(k++, leaf.impl.get(), in); });
 
   // perm[0] is the innermost dim. Sort by the leaves' strides (as PyTorch's TensorIterator): the
   // first leaf whose steps differ (both nonzero) decides; ties keep the logical order.

@@ -2,8 +2,10 @@
 // The nodes of a lazy expression tree. Leaves hold their tensor by reference-counted handle and
 // remember its version, so an expression never dangles and never reads data modified after it was
 // built. Inner nodes hold their children by value.
+#include <algorithm>
+#include <array>
 #include <memory>
-#include <tuple>
+#include <utility>
 #include <type_traits>
 
 #include "kiln/core/concepts.hpp"
@@ -41,15 +43,45 @@ struct Scalar : ExprBase<Scalar<T>> {
   Shape shape() const { return {}; }
 };
 
+// A node's children: a plain aggregate rather than std::tuple, whose instantiation costs compile
+// time at every node of every tree. Ops take one to four arguments.
+template <class... A>
+struct ArgPack;
+template <class A0>
+struct ArgPack<A0> { A0 a0; };
+template <class A0, class A1>
+struct ArgPack<A0, A1> { A0 a0; A1 a1; };
+template <class A0, class A1, class A2>
+struct ArgPack<A0, A1, A2> { A0 a0; A1 a1; A2 a2; };
+template <class A0, class A1, class A2, class A3>
+struct ArgPack<A0, A1, A2, A3> { A0 a0; A1 a1; A2 a2; A3 a3; };
+
+template <size_t K, class P>
+constexpr const auto& arg(const P& p) {
+  if constexpr (K == 0) return p.a0;
+  else if constexpr (K == 1) return p.a1;
+  else if constexpr (K == 2) return p.a2;
+  else return p.a3;
+}
+
+// f(children...) for a pack.
+template <class... A, class F>
+constexpr decltype(auto) apply_args(const ArgPack<A...>& p, F&& f) {
+  return [&]<size_t... K>(std::index_sequence<K...>) -> decltype(auto) {
+    return f(arg<K>(p)...);
+  }(std::index_sequence_for<A...>{});
+}
+
 template <class Op, Expression... Args>
 struct Map : ExprBase<Map<Op, Args...>> {
+  static_assert(sizeof...(Args) >= 1 && sizeof...(Args) <= 4, "kiln: an op takes one to four arguments");
   using value_type = typename Op::template result<typename Args::value_type...>;
   using op_type = Op;
-  std::tuple<Args...> args;
+  ArgPack<Args...> args;
 
-  explicit Map(Args... a) : args(std::move(a)...) {}
+  explicit Map(Args... a) : args{std::move(a)...} {}
   Shape shape() const {
-    return std::apply([](const auto&... a) { return broadcast_all(a.shape()...); }, args);
+    return apply_args(args, [](const auto&... a) { return broadcast_all(a.shape()...); });
   }
 
  private:
@@ -115,6 +147,27 @@ constexpr int leaf_offset() {
   return sum;
 }
 
+// The dtypes of a tree's leaves, in leaf order.
+template <class E>
+struct leaf_dtypes {
+  static constexpr std::array<ScalarType, 0> value{};
+};
+template <class T>
+struct leaf_dtypes<Leaf<T>> {
+  static constexpr std::array<ScalarType, 1> value{scalar_type_of<T>()};
+};
+template <class Op, class... A>
+struct leaf_dtypes<Map<Op, A...>> {
+  static constexpr auto concat() {
+    std::array<ScalarType, (0 + ... + tree_traits<A>::leaves)> out{};
+    size_t k = 0;
+    ((std::copy(leaf_dtypes<A>::value.begin(), leaf_dtypes<A>::value.end(), out.begin() + k),
+      k += leaf_dtypes<A>::value.size()), ...);
+    return out;
+  }
+  static constexpr auto value = concat();
+};
+
 // Calls f(leaf) for each leaf, left to right: the order that numbers them.
 template <class T, class F>
 void for_each_leaf(const Leaf<T>& leaf, F&& f) { f(leaf); }
@@ -124,7 +177,7 @@ template <class V, class T, class F>
 void for_each_leaf(const Value<V, T>&, F&&) {}
 template <class Op, class... A, class F>
 void for_each_leaf(const Map<Op, A...>& m, F&& f) {
-  std::apply([&](const auto&... a) { (for_each_leaf(a, f), ...); }, m.args);
+  apply_args(m.args, [&](const auto&... a) { (for_each_leaf(a, f), ...); });
 }
 
 }  // namespace kiln

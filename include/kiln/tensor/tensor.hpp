@@ -28,7 +28,6 @@ bool needs_graph(const E& e);
 template <class E>
 void record_fused(const E& e, const std::shared_ptr<TensorImpl>& out, const Shape& expr_shape,
                   const Shape& expanded_grad_shape, const char* kind);
-template <Dtype T>
 void record_view(const std::shared_ptr<TensorImpl>& base, const std::shared_ptr<TensorImpl>& view, const char* kind);
 }  // namespace autograd
 
@@ -189,7 +188,7 @@ class Tensor {
     Tensor v(impl_->view_as(s, st, offset));
     if constexpr (is_floating_v<T>) {
       if (GradMode::is_enabled() && impl_->autograd && (impl_->autograd->requires_grad || impl_->autograd->grad_fn))
-        autograd::record_view<T>(impl_, v.impl_, kind);
+        autograd::record_view(impl_, v.impl_, kind);
     }
     return v;
   }

@@ -1,0 +1,172 @@
+#pragma once
+// The driver of every elementwise kernel, shared by all expression trees.
+//
+// A kernel (cpu/eval.hpp, autograd/fused.hpp) is generated per tree and knows one thing: run the
+// tree over contiguous arrays, each operand in the kernel's own type (the SIMD lane type, or the
+// op's compute type), n elements at a time with n a multiple of its granule (a vector's lanes).
+// The driver does everything that depends on layout: it points the kernel straight into memory
+// where an operand is contiguous and already of the kernel's type, and otherwise stages it through
+// a small buffer (strided, broadcast and converted operands: bool, bfloat16); a row's tail goes
+// through buffers padded to a full vector. So each tree is compiled once, whatever layouts it
+// meets, and a value never depends on where it sits in the array.
+#include <hwy/base.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "kiln/cpu/loop_plan.hpp"
+#include "kiln/cpu/parallel.hpp"
+
+namespace kiln::cpu {
+
+// How the kernel sees one operand: the dtype in memory, the dtype of the kernel's array, and
+// whether the kernel writes it. Operand 0 of a plan is the first output.
+struct OperandType {
+  ScalarType stored = ScalarType::Float;
+  ScalarType kernel = ScalarType::Float;
+  bool output = false;
+};
+
+// ptr[k] points at operand k's contiguous array of n elements of its kernel type (null for an
+// operand the caller left out, e.g. a gradient nobody needs).
+using RowKernel = void (*)(const void* context, char* const* ptr, int64_t n);
+
+struct KernelDesc {
+  RowKernel fn = nullptr;
+  int64_t granule = 1;  // n is always a multiple of it
+};
+
+inline constexpr int64_t kStageBlock = 256;  // elements per staged block
+
+namespace detail {
+
+template <class To, class From>
+void convert_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    From v;
+    std::memcpy(&v, src + i * sstep, sizeof(From));
+    To out;
+    if constexpr (std::is_same_v<To, bool>) out = compute_t<From>(v) != compute_t<From>(0);
+    else out = To(compute_t<From>(v));
+    std::memcpy(dst + i * dstep, &out, sizeof(To));
+  }
+}
+
+template <size_t Bytes>
+void copy_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dstep, src + i * sstep, Bytes);
+}
+
+// Calls f(T{}) for the numeric dtype t (bool and bfloat16 are handled by the callers).
+template <class F>
+void with_number_type(ScalarType t, F&& f) {
+  switch (t) {
+    case ScalarType::Float: return f(float{});
+    case ScalarType::Double: return f(double{});
+    case ScalarType::Int32: return f(int32_t{});
+    case ScalarType::Int64: return f(int64_t{});
+    default: throw std::logic_error("kiln: internal error: no staged conversion for this dtype");
+  }
+}
+
+}  // namespace detail
+
+// n elements from src (dtype `from`, byte step sstep) to dst (dtype `to`, byte step dstep). The
+// pairs a kernel needs: the same dtype, bfloat16 <-> float, and bool <-> a number.
+inline void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, const char* src, int64_t sstep,
+                    int64_t n) {
+  using detail::convert_run;
+  if (to == from) {
+    switch (element_size(to)) {
+      case 1: return detail::copy_run<1>(dst, dstep, src, sstep, n);
+      case 2: return detail::copy_run<2>(dst, dstep, src, sstep, n);
+      case 4: return detail::copy_run<4>(dst, dstep, src, sstep, n);
+      default: return detail::copy_run<8>(dst, dstep, src, sstep, n);
+    }
+  }
+  if (to == ScalarType::Float && from == ScalarType::BFloat16)
+    return convert_run<float, bfloat16>(dst, dstep, src, sstep, n);
+  if (to == ScalarType::BFloat16 && from == ScalarType::Float)
+    return convert_run<bfloat16, float>(dst, dstep, src, sstep, n);
+  if (from == ScalarType::Bool)
+    return detail::with_number_type(to, [&](auto t) { convert_run<decltype(t), bool>(dst, dstep, src, sstep, n); });
+  if (to == ScalarType::Bool)
+    return detail::with_number_type(from, [&](auto t) { convert_run<bool, decltype(t)>(dst, dstep, src, sstep, n); });
+  throw std::logic_error("kiln: internal error: no staged conversion between these dtypes");
+}
+
+// This thread's staging memory, at least `bytes`, 64-byte aligned; reused across calls.
+inline char* stage_memory(size_t bytes) {
+  thread_local std::vector<char> memory;
+  if (memory.size() < bytes + 64) memory.resize(bytes + 64);
+  const auto p = reinterpret_cast<uintptr_t>(memory.data());
+  return memory.data() + ((64 - p % 64) % 64);
+}
+
+// The most operands a kernel takes (a backward kernel has two per leaf, plus one).
+inline constexpr int kMaxOperands = 129;
+
+// Runs the kernel over n elements: operand k < nops starts at at[k] with byte step step[k].
+inline void run_segment(const KernelDesc& kernel, const void* context, const OperandType* types, int nops,
+                        char* const* at, const int64_t* step, int64_t n) {
+  bool direct[kMaxOperands];
+  int staged = 0;
+  for (int k = 0; k < nops; ++k) {
+    direct[k] = !at[k] || (types[k].stored == types[k].kernel && step[k] == int64_t(element_size(types[k].stored)));
+    staged += !direct[k];
+  }
+  char* stage = staged ? stage_memory(size_t(nops) * kStageBlock * 8) : nullptr;
+  char* ptr[kMaxOperands];
+  auto run = [&](int64_t b, int64_t count, int64_t len, bool all_staged, char* memory, int64_t stride) {
+    for (int k = 0; k < nops; ++k) {
+      if (!at[k]) {
+        ptr[k] = nullptr;
+      } else if (direct[k] && !all_staged) {
+        ptr[k] = at[k] + b * step[k];
+      } else {
+        ptr[k] = memory + k * stride;
+        const int64_t ks = int64_t(element_size(types[k].kernel));
+        if (len > count) std::memset(ptr[k], 0, size_t(len * ks));
+        if (!types[k].output) convert(types[k].kernel, ptr[k], ks, types[k].stored, at[k] + b * step[k], step[k], count);
+      }
+    }
+    kernel.fn(context, ptr, len);
+    for (int k = 0; k < nops; ++k) {
+      if (at[k] && types[k].output && (!direct[k] || all_staged))
+        convert(types[k].stored, at[k] + b * step[k], step[k], types[k].kernel, ptr[k],
+                int64_t(element_size(types[k].kernel)), count);
+    }
+  };
+  alignas(64) char tail[kMaxOperands][HWY_MAX_BYTES];
+  for (int64_t b = 0; b < n; b += kStageBlock) {
+    const int64_t m = std::min(kStageBlock, n - b);
+    const int64_t full = m - m % kernel.granule;
+    if (full > 0) run(b, full, full, false, stage, kStageBlock * 8);
+    // The tail is shorter than one vector: every operand through a zero-padded buffer.
+    if (full < m) run(b + full, m - full, kernel.granule, true, &tail[0][0], HWY_MAX_BYTES);
+  }
+}
+
+// Runs the kernel over the plan's whole iteration space, rows split over threads; cost is the
+// kernel's work per element (for the threading threshold).
+template <int NOps>
+void run_plan(const LoopPlan<NOps>& plan, const OperandType* types, const KernelDesc& kernel, const void* context,
+              int64_t cost) {
+  parallel_for(plan.numel(), cost, 64, [&](int64_t begin, int64_t end) {
+    for_each_row(plan, begin, end, [&](char* first, const auto& c, int64_t j, int64_t stop) {
+      char* at[NOps];
+      int64_t step[NOps];
+      at[0] = first ? first + j * plan.step[0][plan.rank - 1] : nullptr;
+      step[0] = plan.step[0][plan.rank - 1];
+      for (int k = 1; k < NOps; ++k) {
+        step[k] = c.step[k - 1];
+        at[k] = c.ptr[k - 1] ? const_cast<char*>(c.ptr[k - 1]) + j * step[k] : nullptr;
+      }
+      run_segment(kernel, context, types, NOps, at, step, stop - j);
+    });
+  });
+}
+
+}  // namespace kiln::cpu
