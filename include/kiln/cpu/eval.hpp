@@ -127,8 +127,10 @@ void simd_kernel(const void* context, char* const* ptr, int64_t n) {
   const E& e = *static_cast<const E*>(context);
   using L = typename simd_plan<E>::lane;
   const hn::ScalableTag<L> d;
-  L* out = reinterpret_cast<L*>(ptr[0]);
-  for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) hn::StoreU(as_lanes(d, simd_eval<1>(e, d, ptr, j)), d, out + j);
+  char* p[leaf_count_v<E> + 1];  // in registers: the caller's array could alias the stores
+  for (int k = 0; k <= leaf_count_v<E>; ++k) p[k] = ptr[k];
+  L* out = reinterpret_cast<L*>(p[0]);
+  for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) hn::StoreU(as_lanes(d, simd_eval<1>(e, d, p, j)), d, out + j);
 }
 
 template <class E>

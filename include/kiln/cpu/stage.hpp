@@ -140,8 +140,10 @@ inline void run_segment(const KernelDesc& kernel, const void* context, const Ope
     }
   };
   alignas(64) char tail[kMaxOperands][HWY_MAX_BYTES];
-  for (int64_t b = 0; b < n; b += kStageBlock) {
-    const int64_t m = std::min(kStageBlock, n - b);
+  // Blocks bound the staging memory; with nothing to stage, one block is the whole run.
+  const int64_t block = staged ? kStageBlock : std::max<int64_t>(n, 1);
+  for (int64_t b = 0; b < n; b += block) {
+    const int64_t m = std::min(block, n - b);
     const int64_t full = m - m % kernel.granule;
     if (full > 0) run(b, full, full, false, stage, kStageBlock * 8);
     // The tail is shorter than one vector: every operand through a zero-padded buffer.
