@@ -1,6 +1,7 @@
 #pragma once
 // kiln: header-only C++20 tensors whose elementwise work is fused into one SIMD pass.
 // This umbrella is CPU-only; CUDA, attention and distributed training are opt-in headers.
+#include "kiln/autograd/function.hpp"
 #include "kiln/autograd/gradcheck.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/cpu/simd_target.hpp"

@@ -51,6 +51,26 @@ inline Edge gradient_edge(const ImplPtr& impl) {
   return {acc, 0};
 }
 
+// A tensor a node keeps for its backward: the same memory without autograd meta (so an output
+// saved by its own grad_fn makes no reference cycle), and the version it had, so that a backward
+// after an in-place change fails instead of using the new values.
+struct SavedTensor {
+  ImplPtr impl;
+  uint64_t version = 0;
+
+  SavedTensor() = default;
+  explicit SavedTensor(const ImplPtr& t) : impl(t->view_as(t->shape, t->strides, t->offset)), version(t->version()) {}
+
+  const ImplPtr& unpack(const Node& owner) const {
+    if (impl->version() != version)
+      throw StaleExpressionError(kiln::detail::cat(
+          "backward: a tensor of shape ", impl->shape, " saved by ", owner.name(),
+          " was modified in place after the forward pass (version ", version, ", now ", impl->version(),
+          "); clone it before modifying it"));
+    return impl;
+  }
+};
+
 struct BackwardOptions {
   bool retain_graph = false;
   // autograd::grad: capture the gradients arriving at these edges instead of touching any .grad.
@@ -114,16 +134,12 @@ inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, co
       if (ImplPtr replaced = hook.fn(grads[hook.output_nr])) grads[hook.output_nr] = std::move(replaced);
     }
     if (options.capture) {
-      // autograd::grad: a captured edge ends here; leaves' .grad are never touched.
-      bool any_captured = false;
+      // autograd::grad: take the gradients of the captured edges; leaves' .grad are never touched.
       for (int k = 0; k < int(grads.size()); ++k) {
         const int idx = captured_index({hold, k});
-        if (idx >= 0) {
-          (*options.captured)[idx] = add_grads((*options.captured)[idx], grads[k]);
-          any_captured = true;
-        }
+        if (idx >= 0) (*options.captured)[idx] = add_grads((*options.captured)[idx], grads[k]);
       }
-      if (any_captured || dynamic_cast<AccumulateGrad*>(n)) continue;
+      if (dynamic_cast<AccumulateGrad*>(n)) continue;
     }
     if (n->released)
       throw std::logic_error(kiln::detail::cat(

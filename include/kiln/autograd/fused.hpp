@@ -15,15 +15,18 @@ namespace kiln::autograd {
 
 struct FusedNode : Node {
   // `reaches[k]`: whether leaf k can get a gradient; `expanded`: the shape of the incoming gradient
-  // with reduced dims kept as 1 (it broadcasts to `shape`, the expression's shape).
-  FusedNode(std::vector<ImplPtr> leaves, std::vector<uint64_t> versions, const bool* reaches, Shape shape,
-            Shape expanded, std::string kind)
-      : leaves_(std::move(leaves)),
-        versions_(std::move(versions)),
-        shape_(std::move(shape)),
+  // with reduced dims kept as 1 (it broadcasts to `shape`, the expression's shape); `scale`
+  // multiplies it (1 / count for a mean).
+  FusedNode(const std::vector<ImplPtr>& leaves, const bool* reaches, Shape shape, Shape expanded, std::string kind,
+            double scale)
+      : shape_(std::move(shape)),
         grad_shape_(std::move(expanded)),
-        kind_(std::move(kind)) {
-    for (size_t k = 0; k < leaves_.size(); ++k) next_edges.push_back(reaches[k] ? gradient_edge(leaves_[k]) : Edge{});
+        kind_(std::move(kind)),
+        scale_(scale) {
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      next_edges.push_back(reaches[k] ? gradient_edge(leaves[k]) : Edge{});
+      leaves_.emplace_back(leaves[k]);
+    }
   }
 
   std::string name() const override {
@@ -40,24 +43,20 @@ struct FusedNode : Node {
     const size_t n = next_edges.size();
     ImplPtr g = grads.at(0);
     if (!g || leaves_.empty()) return GradList(n);
-    for (size_t k = 0; k < n; ++k)
-      if (leaves_[k]->version() != versions_[k])
-        throw StaleExpressionError(kiln::detail::cat(
-            "backward: a tensor of shape ", leaves_[k]->shape, " saved by ", name(),
-            " was modified in place after the forward pass (version ", versions_[k], ", now ", leaves_[k]->version(),
-            "); clone it before modifying it"));
+    for (const SavedTensor& leaf : leaves_) leaf.unpack(*this);
     check<ShapeError>(g->shape == grad_shape_ || (g->is_contiguous() && g->numel() == numel_of(grad_shape_)),
                       "backward: ", name(), " got a gradient of shape ", g->shape, ", expected ", grad_shape_);
     if (g->shape != grad_shape_) g = g->view_as(grad_shape_, contiguous_strides(grad_shape_), g->offset);
+    if (scale_ != 1) g = scaled_gradient(*g, scale_);
     // One gradient buffer of the expression's shape per leaf that needs one.
     GradList buffers(n);
     for (size_t k = 0; k < n; ++k)
-      if (next_edges[k].valid()) buffers[k] = TensorImpl::allocate(shape_, leaves_[k]->dtype, "backward");
+      if (next_edges[k].valid()) buffers[k] = TensorImpl::allocate(shape_, leaves_[k].impl->dtype, "backward");
     if (numel_of(shape_) > 0) run_kernel(*g, buffers);
     // A broadcast leaf's gradient is summed to its shape; a tensor that appears as several leaves
     // (a * a) gets one gradient per leaf, which the engine adds.
     for (size_t k = 0; k < n; ++k)
-      if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k]->shape);
+      if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k].impl->shape);
     return buffers;
   }
 
@@ -73,18 +72,18 @@ struct FusedNode : Node {
     plan.set_shape(shape_);
     plan.set_operand(0, &g, shape_);
     for (int k = 0; k < N; ++k) {
-      plan.set_operand(1 + k, leaves_[k].get(), shape_);
+      plan.set_operand(1 + k, leaves_[k].impl.get(), shape_);
       plan.set_operand(1 + N + k, buffers[k].get(), shape_);
     }
     plan.coalesce();
     return plan;
   }
 
-  std::vector<ImplPtr> leaves_;
-  std::vector<uint64_t> versions_;
+  std::vector<SavedTensor> leaves_;
   Shape shape_;
   Shape grad_shape_;
   std::string kind_;
+  double scale_ = 1;
 };
 
 namespace detail {
@@ -191,10 +190,9 @@ template <class E>
 struct FusedBackward final : FusedNode {
   static constexpr int N = leaf_count_v<E>;
 
-  FusedBackward(const E& e, std::vector<ImplPtr> leaves, std::vector<uint64_t> versions, Shape shape,
-                Shape expanded, std::string kind)
-      : FusedNode(std::move(leaves), std::move(versions), gradient_reaches<E>.data(), std::move(shape),
-                  std::move(expanded), std::move(kind)),
+  FusedBackward(const E& e, const std::vector<ImplPtr>& leaves, Shape shape, Shape expanded, std::string kind,
+                double scale)
+      : FusedNode(leaves, gradient_reaches<E>.data(), std::move(shape), std::move(expanded), std::move(kind), scale),
         expr_(e) {}
 
   void release_saved() override {
@@ -231,19 +229,15 @@ bool needs_graph(const E& e) {
   return any;
 }
 
-// Makes `out` the output of a FusedBackward node for e.
+// Makes `out` the output of a FusedBackward node for e: out = e materialized, or a sum or mean of e
+// (expanded_grad_shape is then out's shape with the reduced dims kept as 1, scale 1 / count for a mean).
 template <class E>
 void record_fused(const E& e, const ImplPtr& out, const Shape& expr_shape, const Shape& expanded_grad_shape,
-                  const char* kind) {
+                  const char* kind, double scale) {
   std::vector<ImplPtr> leaves;
-  std::vector<uint64_t> versions;
-  for_each_leaf(e, [&](const auto& leaf) {
-    leaves.push_back(leaf.impl);
-    versions.push_back(leaf.version);
-  });
+  for_each_leaf(e, [&](const auto& leaf) { leaves.push_back(leaf.impl); });
   AutogradMeta& meta = meta_of(out);
-  meta.grad_fn = std::make_shared<FusedBackward<E>>(e, std::move(leaves), std::move(versions), expr_shape,
-                                                    expanded_grad_shape, kind);
+  meta.grad_fn = std::make_shared<FusedBackward<E>>(e, leaves, expr_shape, expanded_grad_shape, kind, scale);
   meta.output_nr = 0;
 }
 

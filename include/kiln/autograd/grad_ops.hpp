@@ -67,6 +67,17 @@ inline ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
   return sum;
 }
 
+// A contiguous copy of g times s.
+inline ImplPtr scaled_gradient(const TensorImpl& g, double s) {
+  ImplPtr out = copy_gradient(g);
+  with_gradient_type(out->dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = reinterpret_cast<T*>(out->data_bytes());
+    for (int64_t i = 0, n = out->numel(); i < n; ++i) p[i] = T(compute_t<T>(double(compute_t<T>(p[i])) * s));
+  });
+  return out;
+}
+
 // The gradient g (of a broadcast result) summed to `target`, the shape that was broadcast: over
 // the leading dims g has more and over the dims where target has size 1. Accumulates in double,
 // in a fixed order (the same result for any thread count).

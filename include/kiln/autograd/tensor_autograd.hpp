@@ -87,4 +87,56 @@ void Tensor<T>::register_hook(F fn) const {
   else meta.grad_fn->pre_hooks.push_back({meta.output_nr, std::move(hook)});
 }
 
+namespace autograd {
+
+// The gradients of the outputs with respect to the inputs, as torch::autograd::grad: .grad of no
+// tensor is touched. grad_outputs defaults to ones for scalar outputs. An input the outputs do not
+// depend on throws unless allow_unused (its gradient is then undefined). Gradients are computed
+// without recording (create_graph, for higher derivatives, is not supported).
+template <Dtype T>
+std::vector<Tensor<T>> grad(const std::vector<Tensor<T>>& outputs, const std::vector<Tensor<T>>& inputs,
+                            const std::vector<Tensor<T>>& grad_outputs = {}, bool retain_graph = false,
+                            bool allow_unused = false) {
+  check(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "autograd::grad: ", grad_outputs.size(),
+        " grad_outputs for ", outputs.size(), " outputs");
+  std::vector<Edge> roots;
+  GradList root_grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor<T>& out = outputs[i];
+    check<std::logic_error>(out.requires_grad(), "autograd::grad: output ", i, " does not require grad");
+    if (!grad_outputs.empty() && grad_outputs[i].defined()) {
+      check<ShapeError>(grad_outputs[i].shape() == out.shape(), "autograd::grad: grad_output ", i, " has shape ",
+                        grad_outputs[i].shape(), ", its output ", out.shape());
+      root_grads.push_back(grad_outputs[i].impl_ptr());
+    } else {
+      check<std::logic_error>(out.numel() == 1, "autograd::grad: grad can be implicitly created only for scalar ",
+                              "outputs; output ", i, " has shape ", out.shape());
+      Tensor<T> one(TensorImpl::allocate(out.shape(), scalar_type_of<T>(), "autograd::grad"));
+      one.fill_(1);
+      root_grads.push_back(one.impl_ptr());
+    }
+    roots.push_back(gradient_edge(out.impl_ptr()));
+  }
+  std::vector<Edge> capture;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check<std::logic_error>(inputs[i].requires_grad(), "autograd::grad: input ", i, " does not require grad");
+    capture.push_back(gradient_edge(inputs[i].impl_ptr()));
+  }
+  GradList captured(inputs.size());
+  BackwardOptions options;
+  options.retain_graph = retain_graph;
+  options.capture = &capture;
+  options.captured = &captured;
+  run_backward(roots, std::move(root_grads), options);
+  std::vector<Tensor<T>> result;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check<std::logic_error>(captured[i] || allow_unused, "autograd::grad: input ", i,
+                            " was not used to compute the outputs; pass allow_unused=true");
+    result.push_back(captured[i] ? Tensor<T>(captured[i]) : Tensor<T>());
+  }
+  return result;
+}
+
+}  // namespace autograd
+
 }  // namespace kiln

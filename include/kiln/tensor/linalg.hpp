@@ -93,6 +93,44 @@ void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) 
 
 }  // namespace detail
 
+namespace autograd {
+// c = a @ b over broadcast batch dims: da = g @ b^T, db = a^T @ g, each summed over the batch dims
+// its operand was broadcast along.
+template <class T>
+struct MatmulBackward : Node {
+  MatmulBackward(const ImplPtr& a, const ImplPtr& b, const char* kind) : a_(a), b_(b), kind_(kind) {
+    next_edges.push_back(gradient_edge(a));
+    next_edges.push_back(gradient_edge(b));
+  }
+  std::string name() const override { return kind_; }
+  void release_saved() override { a_ = b_ = {}; }
+  GradList apply(GradList&& grads) override {
+    if (!grads.at(0)) return {nullptr, nullptr};
+    NoGradGuard no_grad;
+    const Tensor<T> g(grads[0]), a(a_.unpack(*this)), b(b_.unpack(*this));
+    GradList out(2);
+    if (next_edges[0].valid()) out[0] = sum_to_shape(matmul(g, b.transpose(-1, -2)).impl_ptr(), a.shape());
+    if (next_edges[1].valid()) out[1] = sum_to_shape(matmul(a.transpose(-1, -2), g).impl_ptr(), b.shape());
+    return out;
+  }
+
+ private:
+  SavedTensor a_, b_;
+  const char* kind_;
+};
+}  // namespace autograd
+
+namespace detail {
+// Records c's MatmulBackward when a or b requires grad (floating dtypes).
+template <class T>
+void record_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, const char* kind) {
+  if constexpr (is_floating_v<T>) {
+    if (GradMode::is_enabled() && (autograd::requires_grad(a.impl()) || autograd::requires_grad(b.impl())))
+      autograd::meta_of(c.impl_ptr()).grad_fn = std::make_shared<autograd::MatmulBackward<T>>(a.impl_ptr(), b.impl_ptr(), kind);
+  }
+}
+}  // namespace detail
+
 // torch.matmul: 1-D x 1-D is a dot product (0-dim result); a 1-D first operand is a row vector and
 // a 1-D second operand a column vector, their added dim removed from the result; otherwise the
 // last two dims multiply as matrices and the leading (batch) dims broadcast.
@@ -126,6 +164,7 @@ auto matmul(const X& x, const Y& y) {
   cshape.push_back(b2.size(-1));
   Tensor<T> c(TensorImpl::allocate(cshape, scalar_type_of<T>(), "matmul"));
   detail::batched_matmul(a2, b2, c);
+  detail::record_matmul(a2, b2, c, "MatmulBackward");
   Shape result = batch;
   if (da > 1) result.push_back(a2.size(-2));
   if (db > 1) result.push_back(b2.size(-1));
@@ -145,6 +184,7 @@ auto mm(const X& x, const Y& y) {
   if (a.size(1) != b.size(0)) detail::throw_mismatch("mm", a.shape(), b.shape(), a.size(1), b.size(0));
   Tensor<T> c(TensorImpl::allocate({a.size(0), b.size(1)}, scalar_type_of<T>(), "mm"));
   detail::batched_matmul(a, b, c);
+  detail::record_matmul(a, b, c, "MmBackward");
   return c;
 }
 
@@ -164,6 +204,7 @@ auto bmm(const X& x, const Y& y) {
   if (a.size(2) != b.size(1)) detail::throw_mismatch("bmm", a.shape(), b.shape(), a.size(2), b.size(1));
   Tensor<T> c(TensorImpl::allocate({a.size(0), a.size(1), b.size(2)}, scalar_type_of<T>(), "bmm"));
   detail::batched_matmul(a, b, c);
+  detail::record_matmul(a, b, c, "BmmBackward");
   return c;
 }
 

@@ -107,17 +107,40 @@ namespace red = cpu::red;
 
 // ---- one implementation per reduction, shared by its overloads ----------------------------------
 
+// The input's shape with the reduced dims kept as 1.
+inline Shape kept_shape(const Shape& in, const Reduction& rd) {
+  Shape kept = in;
+  for (int i = 0; i < in.size(); ++i)
+    if (rd.mask >> i & 1u) kept[i] = 1;
+  return kept;
+}
+
+// sum and mean record one node for the whole reduced expression: its fused backward, fed the
+// incoming gradient broadcast over the reduced dims (divided by the count for a mean).
+template <class E, class Out>
+void record_sum(const E& e, const Tensor<Out>& out, const Shape& in, const Reduction& rd, bool mean) {
+  if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0) {
+    if (autograd::needs_graph(e))
+      autograd::record_fused(e, out.impl_ptr(), in, kept_shape(in, rd), mean ? "MeanBackward" : "SumBackward",
+                             mean ? 1.0 / double(rd.count) : 1.0);
+  }
+}
+
 template <class E>
 auto sum_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
   using Out = sum_result_t<T>;
-  return run_reduce<Out>(red::SumReducer<compute_t<T>, Out>{}, e, in, rd, "sum");
+  auto out = run_reduce<Out>(red::SumReducer<compute_t<T>, Out>{}, e, in, rd, "sum");
+  record_sum(e, out, in, rd, false);
+  return out;
 }
 template <class E>
 auto mean_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
   require_floating<T>();
-  return run_reduce<T>(red::SumReducer<compute_t<T>, T, red::Ident, red::SumFinish::Mean>{}, e, in, rd, "mean");
+  auto out = run_reduce<T>(red::SumReducer<compute_t<T>, T, red::Ident, red::SumFinish::Mean>{}, e, in, rd, "mean");
+  record_sum(e, out, in, rd, true);
+  return out;
 }
 template <class E>
 auto prod_impl(const E& e, const Shape& in, const Reduction& rd) {

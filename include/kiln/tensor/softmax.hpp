@@ -221,6 +221,29 @@ void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
 }
 }  // namespace cpu
 
+namespace autograd {
+// softmax: dx = y * (g - sum(g * y, dim)); log_softmax: dx = g - exp(y) * sum(g, dim). Saves the output.
+template <bool kLog, class T>
+struct SoftmaxBackward : Node {
+  SoftmaxBackward(const ImplPtr& input, const ImplPtr& output, int dim) : y_(output), dim_(dim) {
+    next_edges.push_back(gradient_edge(input));
+  }
+  std::string name() const override { return kLog ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
+  void release_saved() override { y_ = {}; }
+  GradList apply(GradList&& grads) override {
+    if (!grads.at(0)) return {nullptr};
+    NoGradGuard no_grad;
+    const Tensor<T> g(grads[0]), y(y_.unpack(*this));
+    if constexpr (kLog) return {Tensor<T>(g - exp(y) * sum(g, Dims{dim_}, true)).impl_ptr()};
+    else return {Tensor<T>(y * (g - sum(g * y, Dims{dim_}, true))).impl_ptr()};
+  }
+
+ private:
+  SavedTensor y_;
+  int64_t dim_;
+};
+}  // namespace autograd
+
 namespace detail {
 template <bool kLog, Operand X, DimIndex I>
 auto softmax_impl(const X& x, I dim, const char* op) {
@@ -234,6 +257,9 @@ auto softmax_impl(const X& x, I dim, const char* op) {
     const auto [outer, n, inner] = split_at(in.shape(), d);
     Tensor<T> out(TensorImpl::allocate(in.shape(), scalar_type_of<T>(), op));
     cpu::softmax<kLog>(in.data_ptr(), out.data_ptr(), outer, n, inner);
+    if (GradMode::is_enabled() && autograd::requires_grad(in.impl()))
+      autograd::meta_of(out.impl_ptr()).grad_fn =
+          std::make_shared<autograd::SoftmaxBackward<kLog, T>>(in.impl_ptr(), out.impl_ptr(), d);
     return out;
   }
 }

@@ -27,7 +27,7 @@ template <class E>
 bool needs_graph(const E& e);
 template <class E>
 void record_fused(const E& e, const std::shared_ptr<TensorImpl>& out, const Shape& expr_shape,
-                  const Shape& expanded_grad_shape, const char* kind);
+                  const Shape& expanded_grad_shape, const char* kind, double scale);
 void record_view(const std::shared_ptr<TensorImpl>& base, const std::shared_ptr<TensorImpl>& view, const char* kind);
 }  // namespace autograd
 
@@ -233,7 +233,7 @@ template <class E>
 std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr) {
   auto out = evaluate_new(expr);
   if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0) {
-    if (autograd::needs_graph(expr)) autograd::record_fused(expr, out, out->shape, out->shape, "FusedBackward");
+    if (autograd::needs_graph(expr)) autograd::record_fused(expr, out, out->shape, out->shape, "FusedBackward", 1.0);
   }
   return out;
 }

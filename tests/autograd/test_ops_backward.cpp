@@ -1,0 +1,107 @@
+// Backward of the non-elementwise ops: sum and mean of expressions (one node each), softmax and
+// log_softmax, matmul / mm / bmm with broadcast batch dims; gradcheck in float64 against finite
+// differences, and the graph's shape (node names, one node per reduced expression).
+#include <doctest/doctest.h>
+
+#include "kiln/autograd/gradcheck.hpp"
+#include "kiln/tensor/linalg.hpp"
+#include "kiln/tensor/random.hpp"
+#include "kiln/tensor/softmax.hpp"
+
+using namespace kiln;
+
+namespace {
+Tensor<double> sample(const Shape& shape, uint64_t seed) {
+  Generator gen(seed);
+  return Tensor<double>(randn<double>(shape, &gen));
+}
+using Inputs = std::vector<Tensor<double>>;
+}  // namespace
+
+TEST_CASE("sum and mean of an expression record one node and pass gradcheck") {
+  const Tensor<double> a = sample({3, 4}, 1), b = sample({4}, 2);
+  SUBCASE("all dims") {
+    auto r = autograd::gradcheck([](const Inputs& in) { return sum(in[0] * in[1] + sin(in[0])); }, {a, b});
+    INFO(r.message);
+    CHECK(r.ok);
+    r = autograd::gradcheck([](const Inputs& in) { return mean(exp(in[0] * 0.5) * in[1]); }, {a, b});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+  SUBCASE("over dims, with and without keepdim") {
+    for (bool keep : {false, true}) {
+      auto r = autograd::gradcheck([keep](const Inputs& in) { return sum(in[0] * in[1], {0}, keep); }, {a, b});
+      INFO(r.message);
+      CHECK(r.ok);
+      r = autograd::gradcheck([keep](const Inputs& in) { return mean(tanh(in[0]) - in[1], -1, keep); }, {a, b});
+      INFO(r.message);
+      CHECK(r.ok);
+    }
+  }
+  SUBCASE("a transposed view and a 3-d input") {
+    const Tensor<double> c = sample({2, 3, 4}, 3);
+    const auto r = autograd::gradcheck(
+        [](const Inputs& in) { return sum(in[0].transpose(0, 2) * in[0].transpose(0, 2), {1, 2}); }, {c});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+  SUBCASE("one node: the reduction's backward is the expression's") {
+    Tensor<double> x = a.clone().requires_grad_(), y = b.clone().requires_grad_();
+    const Tensor<double> s = sum(x * y + sin(x));
+    REQUIRE(s.grad_fn());
+    CHECK(s.grad_fn()->name() == "SumBackward(add(mul(t0, t1), sin(t2)))");
+    CHECK(s.grad_fn()->next_edges.size() == 3);
+    s.backward();
+    // d/dx = y + cos(x); d/dy = sum over rows of x.
+    const Tensor<double> gx = x.grad(), gy = y.grad();
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 4; ++j)
+        CHECK(gx[i][j].item() == doctest::Approx(b[j].item() + std::cos(a[i][j].item())).epsilon(1e-14));
+    for (int64_t j = 0; j < 4; ++j)
+      CHECK(gy[j].item() == doctest::Approx(a[0][j].item() + a[1][j].item() + a[2][j].item()).epsilon(1e-14));
+    const Tensor<double> m = mean(x * 2.0);
+    CHECK(m.grad_fn()->name() == "MeanBackward(mul(t0, 2))");
+  }
+}
+
+TEST_CASE("softmax and log_softmax backward pass gradcheck along every dim") {
+  const Tensor<double> x = sample({2, 3, 4}, 5), w = sample({2, 3, 4}, 6);
+  for (int dim = -3; dim < 3; ++dim) {
+    // A weighted sum so that the gradient is not the trivial zero of sum(softmax).
+    auto r = autograd::gradcheck(
+        [dim](const Inputs& in) { return Tensor<double>(softmax(in[0] * 1.5, dim) * in[1]); }, {x, w});
+    INFO("softmax dim ", dim, ": ", r.message);
+    CHECK(r.ok);
+    r = autograd::gradcheck([dim](const Inputs& in) { return Tensor<double>(log_softmax(in[0], dim) * in[1]); },
+                            {x, w});
+    INFO("log_softmax dim ", dim, ": ", r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("matmul, mm and bmm backward pass gradcheck, with broadcast batch dims and 1-d operands") {
+  const auto check_pair = [](const char* what, const Shape& sa, const Shape& sb, auto f) {
+    const auto r = autograd::gradcheck(f, {sample(sa, 7), sample(sb, 8)});
+    INFO(what, " ", sa, " x ", sb, ": ", r.message);
+    CHECK(r.ok);
+  };
+  check_pair("mm", {3, 4}, {4, 2}, [](const Inputs& in) { return mm(in[0], in[1]); });
+  check_pair("mm of a transposed view", {4, 3}, {4, 2}, [](const Inputs& in) { return mm(in[0].t(), in[1]); });
+  check_pair("bmm", {2, 3, 4}, {2, 4, 2}, [](const Inputs& in) { return bmm(in[0], in[1]); });
+  check_pair("matmul broadcast", {2, 1, 3, 4}, {3, 4, 2}, [](const Inputs& in) { return matmul(in[0], in[1]); });
+  check_pair("matmul 1-d x 2-d", {4}, {4, 3}, [](const Inputs& in) { return matmul(in[0], in[1]); });
+  check_pair("matmul 2-d x 1-d", {3, 4}, {4}, [](const Inputs& in) { return matmul(in[0], in[1]); });
+  check_pair("dot", {5}, {5}, [](const Inputs& in) { return matmul(in[0], in[1]); });
+}
+
+TEST_CASE("a small MLP: gradients of every parameter agree with finite differences") {
+  const Tensor<double> x = sample({5, 4}, 9), w1 = sample({4, 6}, 10), b1 = sample({6}, 11), w2 = sample({6, 3}, 12);
+  const auto r = autograd::gradcheck(
+      [](const Inputs& in) {
+        const Tensor<double> h = tanh(matmul(in[0], in[1]) + in[2]);
+        return mean(log_softmax(matmul(h, in[3]), 1) * -1.0);
+      },
+      {x, w1, b1, w2});
+  INFO(r.message);
+  CHECK(r.ok);
+}
