@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "kiln/autograd/gradcheck.hpp"
+#include "kiln/tensor/join.hpp"
 #include "kiln/tensor/linalg.hpp"
 #include "kiln/tensor/random.hpp"
 #include "kiln/tensor/softmax.hpp"
@@ -104,4 +105,47 @@ TEST_CASE("a small MLP: gradients of every parameter agree with finite differenc
       {x, w1, b1, w2});
   INFO(r.message);
   CHECK(r.ok);
+}
+
+TEST_CASE("the other reductions pass gradcheck: prod, amax, amin, max/min with dim, var, std, norm, logsumexp, cumsum") {
+  const Tensor<double> x = sample({3, 4}, 13);
+  const auto check_one = [&](const char* what, auto f, const Tensor<double>& input) {
+    const auto r = autograd::gradcheck([f](const Inputs& in) { return Tensor<double>(f(in[0])); }, {input});
+    INFO(what, ": ", r.message);
+    CHECK(r.ok);
+  };
+  check_one("prod", [](const Tensor<double>& a) { return prod(a * 0.5 + 1.0); }, x);
+  check_one("prod over dim 1", [](const Tensor<double>& a) { return prod(a, 1); }, x);
+  // One zero in a row: the gradient at the zero is the product of the others.
+  Tensor<double> with_zero = x.clone();
+  with_zero.data_ptr()[5] = 0;
+  check_one("prod with a zero", [](const Tensor<double>& a) { return prod(a, 1, true); }, with_zero);
+  check_one("amax", [](const Tensor<double>& a) { return amax(a, 0); }, x);
+  check_one("amin of an expression", [](const Tensor<double>& a) { return amin(a * a, {0, 1}); }, x);
+  check_one("max with dim", [](const Tensor<double>& a) { return std::get<0>(max(a, 1)); }, x);
+  check_one("min with dim, keepdim", [](const Tensor<double>& a) { return std::get<0>(min(a, 0, true)); }, x);
+  check_one("var", [](const Tensor<double>& a) { return var(a, {1}); }, x);
+  check_one("std, correction 0", [](const Tensor<double>& a) { return kiln::std(a, {0}, 0.0, true); }, x);
+  check_one("norm 2", [](const Tensor<double>& a) { return norm(a); }, x);
+  check_one("norm 1 over dim", [](const Tensor<double>& a) { return norm(a, 1, 1); }, x);
+  check_one("norm 3", [](const Tensor<double>& a) { return norm(a, 3, {0}); }, x);
+  check_one("norm inf", [](const Tensor<double>& a) { return norm(a, std::numeric_limits<double>::infinity()); }, x);
+  check_one("logsumexp", [](const Tensor<double>& a) { return logsumexp(a * 2.0, 1); }, x);
+  check_one("cumsum", [](const Tensor<double>& a) { return cumsum(a, 1); }, x);
+  check_one("cumsum dim 0 of an expression", [](const Tensor<double>& a) { return cumsum(exp(a), 0); }, x);
+}
+
+TEST_CASE("cat and stack route each input its slice of the gradient") {
+  const Tensor<double> a = sample({2, 3}, 14), b = sample({2, 2}, 15), c = sample({2, 3}, 16);
+  auto r = autograd::gradcheck([](const Inputs& in) { return cat({in[0], Tensor<double>(in[1] * 2.0)}, 1); }, {a, b});
+  INFO(r.message);
+  CHECK(r.ok);
+  r = autograd::gradcheck([](const Inputs& in) { return stack({in[0], Tensor<double>(sin(in[1]))}, 1); }, {a, c});
+  INFO(r.message);
+  CHECK(r.ok);
+  Tensor<double> x = a.clone().requires_grad_();
+  const Tensor<double> joined = cat({x, x}, 0);
+  CHECK(joined.grad_fn()->name() == "CatBackward");
+  sum(joined).backward();
+  for (double v : x.grad().contiguous().to_vector()) CHECK(v == 2.0);
 }

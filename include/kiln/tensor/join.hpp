@@ -1,6 +1,7 @@
 #pragma once
 // cat and stack, as torch.cat / torch.stack: every input is copied into its slice of one new tensor with
 // copy_, so each copy is one pass of the fused evaluator (strided and converted layouts included).
+// Backward: each input gets its slice of the gradient (stack is cat of unsqueezed inputs).
 #include <initializer_list>
 #include <span>
 #include <vector>
@@ -8,6 +9,37 @@
 #include "kiln/tensor/views.hpp"
 
 namespace kiln {
+
+namespace autograd {
+struct CatBackward : Node {
+  CatBackward(const std::vector<ImplPtr>& inputs, int dim) : dim_(dim) {
+    for (const ImplPtr& t : inputs) {
+      next_edges.push_back(gradient_edge(t));
+      sizes_.push_back(t->shape[dim]);
+    }
+  }
+  std::string name() const override { return "CatBackward"; }
+  GradList apply(GradList&& grads) override {
+    GradList out(sizes_.size());
+    const ImplPtr& g = grads.at(0);
+    if (!g) return out;
+    int64_t at = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      if (next_edges[i].valid()) {
+        Shape s = g->shape;
+        s[dim_] = sizes_[i];
+        out[i] = copy_gradient(*g->view_as(s, g->strides, g->offset + at * g->strides[dim_]));
+      }
+      at += sizes_[i];
+    }
+    return out;
+  }
+
+ private:
+  int dim_;
+  std::vector<int64_t> sizes_;
+};
+}  // namespace autograd
 
 // Joins tensors of equal rank along an existing dim; all other dims must match.
 template <Dtype T>
@@ -28,10 +60,20 @@ Tensor<T> cat(std::span<const Tensor<T>> tensors, int64_t dim = 0) {
     out_shape[d] += s[d];
   }
   Tensor<T> out = empty<T>(out_shape);
-  int64_t at = 0;
-  for (const Tensor<T>& t : tensors) {
-    out.narrow(d, at, t.size(d)).copy_(t);
-    at += t.size(d);
+  {
+    NoGradGuard no_grad;
+    int64_t at = 0;
+    for (const Tensor<T>& t : tensors) {
+      out.narrow(d, at, t.size(d)).copy_(t);
+      at += t.size(d);
+    }
+  }
+  bool any = false;
+  for (const Tensor<T>& t : tensors) any |= t.requires_grad();
+  if (GradMode::is_enabled() && any) {
+    std::vector<autograd::ImplPtr> inputs;
+    for (const Tensor<T>& t : tensors) inputs.push_back(t.impl_ptr());
+    autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd::CatBackward>(inputs, d);
   }
   return out;
 }
@@ -45,11 +87,9 @@ Tensor<T> stack(std::span<const Tensor<T>> tensors, int64_t dim = 0) {
   for (size_t i = 1; i < tensors.size(); ++i)
     check<ShapeError>(tensors[i].shape() == first, "stack: tensor ", i, " has shape ", tensors[i].shape(),
                       " but tensor 0 has shape ", first, " (all tensors must have the same shape)");
-  Shape out_shape = first;
-  out_shape.insert(d, int64_t(tensors.size()));
-  Tensor<T> out = empty<T>(out_shape);
-  for (size_t i = 0; i < tensors.size(); ++i) out.select(d, int64_t(i)).copy_(tensors[i]);
-  return out;
+  std::vector<Tensor<T>> parts;
+  for (const Tensor<T>& t : tensors) parts.push_back(t.unsqueeze(d));
+  return cat(std::span<const Tensor<T>>(parts), d);
 }
 
 // The forms callers write: cat({a, b}, 1) and cat(vector, 1).

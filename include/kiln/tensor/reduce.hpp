@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "kiln/cpu/reduce.hpp"
+#include "kiln/tensor/factory.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln {
@@ -126,6 +127,72 @@ void record_sum(const E& e, const Tensor<Out>& out, const Shape& in, const Reduc
   }
 }
 
+}  // namespace detail
+
+namespace autograd {
+// The backward of a reduction other than sum and mean: formula(g, x, out) gives the input's
+// gradient from the incoming gradient and the output (both with the reduced dims kept as 1, so they
+// broadcast against the input x). Saves x and the output.
+template <class T, class Formula>
+struct ReductionBackward : Node {
+  ReductionBackward(const char* name, const ImplPtr& x, const ImplPtr& out, Shape kept, Formula f)
+      : name_(name), x_(x), out_(out), kept_(std::move(kept)), formula_(std::move(f)) {
+    next_edges.push_back(gradient_edge(x));
+  }
+  std::string name() const override { return name_; }
+  void release_saved() override { x_ = out_ = {}; }
+  GradList apply(GradList&& grads) override {
+    if (!grads.at(0)) return {nullptr};
+    NoGradGuard no_grad;
+    const ImplPtr& o = out_.unpack(*this);
+    const Tensor<T> g(grads[0]->view_as(kept_, contiguous_strides(kept_), grads[0]->offset));
+    const Tensor<T> out(o->view_as(kept_, contiguous_strides(kept_), o->offset));
+    return {Tensor<T>(formula_(Tensor<T>(g.contiguous()), Tensor<T>(x_.unpack(*this)), out)).impl_ptr()};
+  }
+
+ private:
+  const char* name_;
+  SavedTensor x_, out_;
+  Shape kept_;
+  Formula formula_;
+};
+}  // namespace autograd
+
+namespace detail {
+
+// Runs compute(node) for a reduction of e; when e needs a graph, e is first materialized (recording
+// its own node) and the reduction records a ReductionBackward against it.
+template <class E, class Compute, class Formula>
+auto differentiable_reduction(const E& e, const Shape& in, const Reduction& rd, const char* name, Compute&& compute,
+                              Formula formula) {
+  using T = typename E::value_type;
+  if constexpr (is_floating_v<T> && leaf_count_v<E> > 0) {
+    if (autograd::needs_graph(e)) {
+      const Tensor<T> x(e);
+      auto out = compute(Leaf<T>(x.impl_ptr()));
+      autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd::ReductionBackward<T, Formula>>(
+          name, x.impl_ptr(), out.impl_ptr(), kept_shape(in, rd), std::move(formula));
+      return out;
+    }
+  }
+  return compute(e);
+}
+
+// The gradient of a max / min / inf-norm: split evenly among the elements equal to the result.
+template <class T>
+Tensor<T> split_among_extremes(const Tensor<T>& g, const Tensor<T>& hit_values, const Tensor<T>& out, const Dims& dims) {
+  const Tensor<T> hit = (hit_values == out).template to<T>();
+  return g * hit / sum(hit, dims, true);
+}
+
+// The reduced dims as a list.
+inline Dims reduced_dims(const Shape& in, const Reduction& rd) {
+  Dims dims;
+  for (int i = 0; i < in.size(); ++i)
+    if (rd.mask >> i & 1u) dims.push_back(i);
+  return dims;
+}
+
 template <class E>
 auto sum_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
@@ -146,19 +213,37 @@ template <class E>
 auto prod_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
   using Out = sum_result_t<T>;
-  return run_reduce<Out>(red::ProdReducer<compute_t<T>, Out>{}, e, in, rd, "prod");
+  const Dims dims = reduced_dims(in, rd);
+  // d prod / dx_i is the product of the others: out / x_i without zeros; with one zero, the product
+  // of the nonzeros at the zero and 0 elsewhere; with more, 0.
+  return differentiable_reduction(
+      e, in, rd, "ProdBackward",
+      [&](const auto& node) { return run_reduce<Out>(red::ProdReducer<compute_t<T>, Out>{}, node, in, rd, "prod"); },
+      [dims](const auto& g, const auto& x, const auto& out) {
+        using V = typename std::remove_cvref_t<decltype(x)>::value_type;
+        const Tensor<V> zeros = sum((x == V(0)).template to<V>(), dims, true);
+        const Tensor<V> others = prod(where(x == V(0), V(1), x), dims, true);
+        return Tensor<V>(g * where(x != V(0), where(zeros == V(0), out / x, V(0)), where(zeros == V(1), others, V(0))));
+      });
 }
 template <bool kMax, class E>
 auto extreme_impl(const E& e, const Shape& in, const Reduction& rd, const char* op) {
   using T = typename E::value_type;
   check_nonempty(in, rd, op);
-  return run_reduce<T>(red::ExtremeReducer<compute_t<T>, T, kMax>{}, e, in, rd, op);
+  const Dims dims = reduced_dims(in, rd);
+  return differentiable_reduction(
+      e, in, rd, kMax ? "AmaxBackward" : "AminBackward",
+      [&](const auto& node) { return run_reduce<T>(red::ExtremeReducer<compute_t<T>, T, kMax>{}, node, in, rd, op); },
+      [dims](const auto& g, const auto& x, const auto& out) { return split_among_extremes(g, x, out, dims); });
 }
 template <class E>
 auto logsumexp_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
   require_floating<T>();
-  return run_reduce<T>(red::LogSumExpReducer<compute_t<T>, T>{}, e, in, rd, "logsumexp");
+  return differentiable_reduction(
+      e, in, rd, "LogsumexpBackward",
+      [&](const auto& node) { return run_reduce<T>(red::LogSumExpReducer<compute_t<T>, T>{}, node, in, rd, "logsumexp"); },
+      [](const auto& g, const auto& x, const auto& out) { return g * exp(x - out); });
 }
 template <bool kAll, class E>
 auto logical_impl(const E& e, const Shape& in, const Reduction& rd) {
@@ -172,6 +257,38 @@ Tensor<int64_t> arg_impl(const E& e, const Shape& in, const Reduction& rd, const
   return run_reduce<int64_t>(red::ArgReducer<compute_t<T>, T, kMax>{}, e, in, rd, op, /*keep_order=*/true);
 }
 // max(x, dim) / min(x, dim): values and indices in one pass.
+template <bool kMax, class E>
+auto extreme_with_indices(const E& e, const Shape& in, const Reduction& rd, const char* op);
+
+// max(x, dim) / min(x, dim) backward: the gradient goes to the element each index names.
+template <bool kMax, class E>
+auto extreme_with_indices_recorded(const E& e, const Shape& in, const Reduction& rd, const char* op) {
+  using T = typename E::value_type;
+  if constexpr (is_floating_v<T> && leaf_count_v<E> > 0) {
+    if (autograd::needs_graph(e)) {
+      const Tensor<T> x(e);
+      auto result = extreme_with_indices<kMax>(Leaf<T>(x.impl_ptr()), in, rd, op);
+      const Dims dims = reduced_dims(in, rd);
+      const int d = int(dims[0]);
+      const Shape kept = kept_shape(in, rd);
+      const Tensor<int64_t>& idx = std::get<1>(result);
+      const Tensor<int64_t> indices(idx.impl_ptr()->view_as(kept, contiguous_strides(kept), idx.impl_ptr()->offset));
+      Shape line;
+      for (int i = 0; i < in.size(); ++i) line.push_back(i == d ? in[i] : 1);
+      const Tensor<int64_t> positions = arange<int64_t>(0, double(in[d])).view(line);
+      auto formula = [indices, positions](const auto& g, const auto& x_, const auto&) {
+        using V = typename std::remove_cvref_t<decltype(x_)>::value_type;
+        return Tensor<V>(where(positions == indices, g, V(0)));
+      };
+      autograd::meta_of(std::get<0>(result).impl_ptr()).grad_fn =
+          std::make_shared<autograd::ReductionBackward<T, decltype(formula)>>(
+              kMax ? "MaxBackward" : "MinBackward", x.impl_ptr(), std::get<0>(result).impl_ptr(), kept, formula);
+      return result;
+    }
+  }
+  return extreme_with_indices<kMax>(e, in, rd, op);
+}
+
 template <bool kMax, class E>
 auto extreme_with_indices(const E& e, const Shape& in, const Reduction& rd, const char* op) {
   using T = typename E::value_type;
@@ -192,7 +309,18 @@ auto var_impl(const E& e, const Shape& in, const Reduction& rd, double correctio
   red::VarReducer<compute_t<T>, T> r;
   r.correction = correction;
   r.take_sqrt = take_sqrt;
-  return run_reduce<T>(r, e, in, rd, take_sqrt ? "std" : "var");
+  const Dims dims = reduced_dims(in, rd);
+  // var: 2 (x - mean) / (N - correction); std: that over 2 std.
+  const double denom = std::max(0.0, double(rd.count) - correction);
+  return differentiable_reduction(
+      e, in, rd, take_sqrt ? "StdBackward" : "VarBackward",
+      [&](const auto& node) { return run_reduce<T>(r, node, in, rd, take_sqrt ? "std" : "var"); },
+      [dims, denom, take_sqrt](const auto& g, const auto& x, const auto& out) {
+        using V = typename std::remove_cvref_t<decltype(x)>::value_type;
+        const Tensor<V> centered = x - mean(x, dims, true);
+        if (take_sqrt) return Tensor<V>(g * centered / (out * V(denom)));
+        return Tensor<V>(g * centered * V(2 / denom));
+      });
 }
 template <class E>
 auto var_mean_impl(const E& e, const Shape& in, const Reduction& rd, double correction, bool take_sqrt) {
@@ -227,6 +355,22 @@ auto norm_impl(const E& e, const Shape& in, const Reduction& rd, double p) {
   }
   check(!std::isnan(p), "norm: p must not be NaN");
   return run_reduce<T>(red::SumReducer<V, T, red::PowAbsT, F::Root>{red::PowAbsT{p}, p}, e, in, rd, "norm");
+}
+// norm's gradient: sign(x) |x|^(p-1) / out^(p-1) (x / out for p = 2; 0 where out is 0); the inf-norms
+// split it among the elements of extreme magnitude; the 0-"norm" has none.
+template <class E>
+auto norm_grad_impl(const E& e, const Shape& in, const Reduction& rd, double p) {
+  const Dims dims = reduced_dims(in, rd);
+  return differentiable_reduction(
+      e, in, rd, "NormBackward", [&](const auto& node) { return norm_impl(node, in, rd, p); },
+      [dims, p](const auto& g, const auto& x, const auto& out) {
+        using V = typename std::remove_cvref_t<decltype(x)>::value_type;
+        if (std::isinf(p)) return Tensor<V>(sign(x) * split_among_extremes(g, Tensor<V>(abs(x)), out, dims));
+        if (p == 0) return Tensor<V>(x * V(0));
+        if (p == 1) return Tensor<V>(g * sign(x));
+        if (p == 2) return Tensor<V>(where(out == V(0), V(0), g * x / out));
+        return Tensor<V>(where(out == V(0), V(0), g * sign(x) * pow(abs(x), V(p - 1)) / pow(out, V(p - 1))));
+      });
 }
 
 }  // namespace detail
@@ -287,13 +431,13 @@ template <Operand X, DimIndex I>
 auto max(const X& x, I dim, bool keepdim = false) {
   const auto e = detail::reduce_node(x);
   const Shape in = e.shape();
-  return detail::extreme_with_indices<true>(e, in, detail::reduce_dims(in, {int64_t(dim)}, keepdim, "max"), "max");
+  return detail::extreme_with_indices_recorded<true>(e, in, detail::reduce_dims(in, {int64_t(dim)}, keepdim, "max"), "max");
 }
 template <Operand X, DimIndex I>
 auto min(const X& x, I dim, bool keepdim = false) {
   const auto e = detail::reduce_node(x);
   const Shape in = e.shape();
-  return detail::extreme_with_indices<false>(e, in, detail::reduce_dims(in, {int64_t(dim)}, keepdim, "min"), "min");
+  return detail::extreme_with_indices_recorded<false>(e, in, detail::reduce_dims(in, {int64_t(dim)}, keepdim, "min"), "min");
 }
 template <Operand A, Operand B>
 auto max(const A& a, const B& b) { return maximum(a, b); }
@@ -362,13 +506,13 @@ template <Operand X>
 auto norm(const X& x, double p = 2) {
   const auto e = detail::reduce_node(x);
   const Shape in = e.shape();
-  return detail::norm_impl(e, in, detail::reduce_all(in), p);
+  return detail::norm_grad_impl(e, in, detail::reduce_all(in), p);
 }
 template <Operand X>
 auto norm(const X& x, double p, const Dims& dims, bool keepdim = false) {
   const auto e = detail::reduce_node(x);
   const Shape in = e.shape();
-  return detail::norm_impl(e, in, detail::reduce_dims(in, dims, keepdim, "norm"), p);
+  return detail::norm_grad_impl(e, in, detail::reduce_dims(in, dims, keepdim, "norm"), p);
 }
 template <Operand X, DimIndex I>
 auto norm(const X& x, double p, I dim, bool keepdim = false) {
@@ -405,6 +549,17 @@ auto cumsum(const X& x, I dim) {
   const auto [outer, n, inner] = detail::split_at(in.shape(), d);
   Tensor<Out> out(TensorImpl::allocate(in.shape(), scalar_type_of<Out>(), "cumsum"));
   cpu::cumsum<Acc>(in.data_ptr(), out.data_ptr(), outer, n, inner);
+  if constexpr (is_floating_v<T>) {
+    if (GradMode::is_enabled() && in.requires_grad()) {
+      // The gradient of a running sum is the running sum from the end: total - cumsum(g) + g.
+      auto formula = [d](const auto& g, const auto&, const auto&) {
+        using V = typename std::remove_cvref_t<decltype(g)>::value_type;
+        return Tensor<V>(sum(g, Dims{d}, true) - cumsum(g, d) + g);
+      };
+      autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd::ReductionBackward<T, decltype(formula)>>(
+          "CumsumBackward", in.impl_ptr(), out.impl_ptr(), in.shape(), formula);
+    }
+  }
   return out;
 }
 

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Compile-time growth check: compiles one translation unit at several depths (-DKILN_CHAIN_DEPTH=d, at
+-O2) and checks that the compiler's CPU time grows at most linearly with the depth, and that the deepest
+build stays under the limit recorded for the file in docs/performance.md ("Compile-time budget").
+
+Usage: scripts/compile_growth.py LIMITS.md TU.cpp D1,D2,D3 -- COMPILER [FLAGS...]
+
+Linear: the time added from D2 to D3 is at most 1.5 times what linear growth from the D1-to-D2 step
+predicts (a quadratic derivation, DESIGN.md's 12.3 s at depth 20, would add 4 times). Each depth takes the
+fastest of two tries, so one burst of load does not fail the check.
+"""
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compile_time import compile_once, read_limit  # noqa: E402
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) < 5 or args[3] != "--":
+        raise SystemExit(__doc__)
+    doc, tu, depths, compiler = args[0], args[1], [int(d) for d in args[2].split(",")], args[4:]
+    name = os.path.basename(tu)
+    limit = read_limit(doc, name)
+    dep_flags = shlex.split(subprocess.run(["pkg-config", "--cflags", "libhwy", "eigen3"], check=True,
+                                           stdout=subprocess.PIPE, text=True).stdout)
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for d in depths:
+            cmd = compiler + dep_flags + ["-O2", f"-DKILN_CHAIN_DEPTH={d}", "-c", tu, "-o", os.path.join(tmp, "tu.o")]
+            best = None
+            for _ in range(2):
+                proc, cpu, wall, rss = compile_once(cmd)
+                if proc.returncode != 0:
+                    print(f"FAIL {name} at depth {d}: does not compile:\n{proc.stdout[:4000]}")
+                    return 1
+                best = cpu if best is None else min(best, cpu)
+            times.append(best)
+            print(f"  depth {d}: {best:.2f} s CPU")
+    (d1, d2, d3), (t1, t2, t3) = depths, times
+    predicted = (t2 - t1) * (d3 - d2) / (d2 - d1)
+    linear = t3 - t2 <= 1.5 * predicted + 0.5  # 0.5 s: noise when the steps are small
+    ok = linear and t3 <= limit
+    print(f"{'PASS' if ok else 'FAIL'} {name}: depth {d3} took {t3:.2f} s CPU (limit {limit:g} s); "
+          f"{d2}->{d3} added {t3 - t2:.2f} s where linear growth predicts {predicted:.2f} s")
+    print(f"  command: {shlex.join(cmd)}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
