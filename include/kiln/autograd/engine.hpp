@@ -146,6 +146,16 @@ inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, co
           "backward: trying to backward through ", n->name(),
           " a second time, after its saved values were freed; pass retain_graph=true to the first backward"));
     GradList out = n->apply(std::move(grads));
+    if (AnomalyMode::is_enabled()) {
+      for (size_t k = 0; k < out.size(); ++k) {
+        if (!out[k]) continue;
+        const int64_t bad = first_non_finite(*out[k]);
+        if (bad >= 0)
+          throw std::runtime_error(kiln::detail::cat(
+              "backward: ", n->name(), " returned a NaN or Inf in its gradient ", k, " (of shape ", out[k]->shape,
+              ", element ", bad, "); anomaly detection is on"));
+      }
+    }
     if (!options.retain_graph) {
       n->release_saved();
       n->released = !dynamic_cast<AccumulateGrad*>(n);

@@ -26,6 +26,15 @@ struct FusedNode : Node {
     for (size_t k = 0; k < leaves.size(); ++k) {
       next_edges.push_back(reaches[k] ? gradient_edge(leaves[k]) : Edge{});
       leaves_.emplace_back(leaves[k]);
+      // A tensor that appears as several leaves (a * a) gets one buffer: its first leaf stores its
+      // gradient there and the others add theirs (not through staging: float and double only).
+      owner_.push_back(int(k));
+      const bool plain = leaves[k]->dtype == ScalarType::Float || leaves[k]->dtype == ScalarType::Double;
+      for (size_t j = 0; j < k && plain && next_edges[k].valid(); ++j)
+        if (leaves[j] == leaves[k] && next_edges[j].valid()) {
+          owner_[k] = int(j);
+          break;
+        }
     }
   }
 
@@ -48,13 +57,18 @@ struct FusedNode : Node {
                       "backward: ", name(), " got a gradient of shape ", g->shape, ", expected ", grad_shape_);
     if (g->shape != grad_shape_) g = g->view_as(grad_shape_, contiguous_strides(grad_shape_), g->offset);
     if (scale_ != 1) g = scaled_gradient(*g, scale_);
-    // One gradient buffer of the expression's shape per leaf that needs one.
-    GradList buffers(n);
-    for (size_t k = 0; k < n; ++k)
-      if (next_edges[k].valid()) buffers[k] = TensorImpl::allocate(shape_, leaves_[k].impl->dtype, "backward");
-    if (numel_of(shape_) > 0) run_kernel(*g, buffers);
-    // A broadcast leaf's gradient is summed to its shape; a tensor that appears as several leaves
-    // (a * a) gets one gradient per leaf, which the engine adds.
+    // One gradient buffer of the expression's shape per tensor that needs one; leaf k writes to
+    // buffer owner_[k].
+    GradList buffers(n), targets(n);
+    bool accumulate[cpu::kMaxOperands] = {};
+    for (size_t k = 0; k < n; ++k) {
+      if (!next_edges[k].valid()) continue;
+      if (owner_[k] == int(k)) buffers[k] = TensorImpl::allocate(shape_, leaves_[k].impl->dtype, "backward");
+      targets[k] = buffers[owner_[k]];
+      accumulate[k] = owner_[k] != int(k);
+    }
+    if (numel_of(shape_) > 0) run_kernel(*g, targets, accumulate);
+    // A broadcast leaf's gradient is summed to its shape.
     for (size_t k = 0; k < n; ++k)
       if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k].impl->shape);
     return buffers;
@@ -62,8 +76,9 @@ struct FusedNode : Node {
 
  protected:
   virtual void describe(std::ostream& out) const = 0;
-  // Fills buffers (null: not needed) with the leaves' gradients, all of the expression's shape.
-  virtual void run_kernel(const TensorImpl& g, const GradList& buffers) const = 0;
+  // Writes each leaf's gradient (of the expression's shape) to buffers[k] (null: not needed), adding
+  // to what is there where accumulate[k].
+  virtual void run_kernel(const TensorImpl& g, const GradList& buffers, const bool* accumulate) const = 0;
 
   // The kernel's plan: operand 0 the incoming gradient, 1..N the leaves, N+1..2N the buffers.
   template <int N>
@@ -80,6 +95,7 @@ struct FusedNode : Node {
   }
 
   std::vector<SavedTensor> leaves_;
+  std::vector<int> owner_;
   Shape shape_;
   Shape grad_shape_;
   std::string kind_;
@@ -103,6 +119,13 @@ void describe(std::ostream& out, const Map<Op, A...>& m, int& leaf) {
 
 }  // namespace detail
 
+// What a backward kernel reads besides its arrays.
+template <class E>
+struct BackwardContext {
+  const E* expr;
+  const bool* accumulate;  // per leaf: add to its gradient array instead of storing
+};
+
 }  // namespace kiln::autograd
 
 HWY_BEFORE_NAMESPACE();
@@ -114,24 +137,28 @@ template <int N, class D>
 struct SimdGradSink {
   D d;
   char* const* ptr;
+  const bool* accumulate;
   int64_t j;
   template <int I, class T, class V>
   HWY_INLINE void leaf(const V& adj) {
     if constexpr (is_floating_v<T>) {
-      if (ptr[N + I]) hn::StoreU(adj, d, reinterpret_cast<hn::TFromD<D>*>(ptr[N + I]) + j);
+      auto* p = reinterpret_cast<hn::TFromD<D>*>(ptr[N + I]);
+      if (!p) return;
+      hn::StoreU(accumulate[I - 1] ? hn::Add(hn::LoadU(d, p + j), adj) : adj, d, p + j);
     }
   }
 };
 
 template <class E>
 void simd_backward_kernel(const void* context, char* const* ptr, int64_t n) {
-  const E& e = *static_cast<const E*>(context);
+  const auto& ctx = *static_cast<const autograd::BackwardContext<E>*>(context);
+  const E& e = *ctx.expr;
   using L = typename simd_plan<E>::lane;
   const hn::ScalableTag<L> d;
   for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) {
     const SimdSweep<decltype(d)> sweep{d, ptr, j};
     const auto tape = tape_forward<1>(e, sweep);
-    SimdGradSink<leaf_count_v<E>, decltype(d)> sink{d, ptr, j};
+    SimdGradSink<leaf_count_v<E>, decltype(d)> sink{d, ptr, ctx.accumulate, j};
     tape_backward<1>(e, sweep, tape, hn::LoadU(d, reinterpret_cast<const L*>(ptr[0]) + j), sink);
   }
 }
@@ -147,23 +174,26 @@ namespace detail {
 template <int N>
 struct ScalarGradSink {
   char* const* ptr;
+  const bool* accumulate;
   int64_t j;
   template <int I, class T, class V>
   void leaf(const V& adj) {
     if constexpr (is_floating_v<T>) {
-      if (ptr[N + I]) reinterpret_cast<compute_t<T>*>(ptr[N + I])[j] = compute_t<T>(adj);
+      auto* p = reinterpret_cast<compute_t<T>*>(ptr[N + I]);
+      if (p) p[j] = accumulate[I - 1] ? p[j] + compute_t<T>(adj) : compute_t<T>(adj);
     }
   }
 };
 
 template <class E>
 void scalar_backward_kernel(const void* context, char* const* ptr, int64_t n) {
-  const E& e = *static_cast<const E*>(context);
+  const auto& ctx = *static_cast<const BackwardContext<E>*>(context);
+  const E& e = *ctx.expr;
   using G = compute_t<typename E::value_type>;
   for (int64_t j = 0; j < n; ++j) {
     const kiln::HWY_NAMESPACE::ScalarSweep sweep{ptr, j};
     const auto tape = kiln::HWY_NAMESPACE::tape_forward<1>(e, sweep);
-    ScalarGradSink<leaf_count_v<E>> sink{ptr, j};
+    ScalarGradSink<leaf_count_v<E>> sink{ptr, ctx.accumulate, j};
     kiln::HWY_NAMESPACE::tape_backward<1>(e, sweep, tape, reinterpret_cast<const G*>(ptr[0])[j], sink);
   }
 }
@@ -206,14 +236,15 @@ struct FusedBackward final : FusedNode {
     if (expr_) detail::describe(out, *expr_, leaf);
   }
 
-  void run_kernel(const TensorImpl& g, const GradList& buffers) const override {
+  void run_kernel(const TensorImpl& g, const GradList& buffers, const bool* accumulate) const override {
     static constexpr auto types = detail::backward_operands<E>();
     cpu::KernelDesc kernel;
     if constexpr (cpu::is_simd_v<E>)
       kernel = {&kiln::HWY_NAMESPACE::simd_backward_kernel<E>, kiln::HWY_NAMESPACE::simd_lanes<E>()};
     else
       kernel = {&detail::scalar_backward_kernel<E>, 1};
-    cpu::run_plan(backward_plan<N>(g, buffers), types.data(), kernel, &*expr_, 3 * tree_traits<E>::cost + 2 * N + 1);
+    const BackwardContext<E> context{&*expr_, accumulate};
+    cpu::run_plan(backward_plan<N>(g, buffers), types.data(), kernel, &context, 3 * tree_traits<E>::cost + 2 * N + 1);
   }
 
   std::optional<E> expr_;

@@ -7,6 +7,10 @@ inline bool& grad_mode_flag() {
   thread_local bool enabled = true;
   return enabled;
 }
+inline bool& anomaly_mode_flag() {
+  thread_local bool enabled = false;
+  return enabled;
+}
 }  // namespace autograd::detail
 
 struct GradMode {
@@ -31,5 +35,27 @@ class NoGradGuard : public AutoGradMode {
  public:
   NoGradGuard() : AutoGradMode(false) {}
 };
+
+namespace autograd {
+
+struct AnomalyMode {
+  static bool is_enabled() { return detail::anomaly_mode_flag(); }
+  static void set_enabled(bool enabled) { detail::anomaly_mode_flag() = enabled; }
+};
+
+// In its scope, a NaN or Inf that a backward node produces throws, naming the node and the
+// expression it came from (torch.autograd.detect_anomaly). Costs a scan of every gradient.
+class DetectAnomalyGuard {
+ public:
+  DetectAnomalyGuard() : previous_(AnomalyMode::is_enabled()) { AnomalyMode::set_enabled(true); }
+  ~DetectAnomalyGuard() { AnomalyMode::set_enabled(previous_); }
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace autograd
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 // Arithmetic on gradients as the engine and the view nodes need it: copy, add, sum over broadcast
 // dims. Type-erased (a dtype switch over plain loops, not fused kernels): it is compiled once into
 // every program that includes kiln, whatever expressions the program has.
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -65,6 +66,20 @@ inline ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
     for (int64_t i = 0, n = sum->numel(); i < n; ++i) p[i] = T(compute_t<T>(p[i]) + compute_t<T>(q[i]));
   });
   return sum;
+}
+
+// The index of the first NaN or Inf in a gradient, or -1.
+inline int64_t first_non_finite(const TensorImpl& g) {
+  const ImplPtr dense = g.is_contiguous() ? nullptr : copy_gradient(g);
+  const TensorImpl& t = dense ? *dense : g;
+  int64_t found = -1;
+  with_gradient_type(t.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = reinterpret_cast<const T*>(t.data_bytes());
+    for (int64_t i = 0, n = t.numel(); i < n && found < 0; ++i)
+      if (!std::isfinite(double(compute_t<T>(p[i])))) found = i;
+  });
+  return found;
 }
 
 // A contiguous copy of g times s.
