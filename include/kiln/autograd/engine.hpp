@@ -15,6 +15,7 @@ namespace kiln::autograd {
 struct AccumulateGrad : Node {
   explicit AccumulateGrad(ImplPtr leaf) : leaf_(std::move(leaf)) {}
   std::string name() const override { return "AccumulateGrad"; }
+  bool accumulates() const override { return true; }
   GradList apply(GradList&& grads) override {
     ImplPtr g = std::move(grads.at(0));
     if (!g) return {};
@@ -139,7 +140,7 @@ inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, co
         const int idx = captured_index({hold, k});
         if (idx >= 0) (*options.captured)[idx] = add_grads((*options.captured)[idx], grads[k]);
       }
-      if (dynamic_cast<AccumulateGrad*>(n)) continue;
+      if (n->accumulates()) continue;
     }
     if (n->released)
       throw std::logic_error(kiln::detail::cat(
@@ -158,7 +159,7 @@ inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, co
     }
     if (!options.retain_graph) {
       n->release_saved();
-      n->released = !dynamic_cast<AccumulateGrad*>(n);
+      n->released = !n->accumulates();
     }
     for (size_t k = 0; k < n->next_edges.size(); ++k) {
       const Edge& e = n->next_edges[k];

@@ -53,8 +53,9 @@ struct FusedNode : Node {
     ImplPtr g = grads.at(0);
     if (!g || leaves_.empty()) return GradList(n);
     for (const SavedTensor& leaf : leaves_) leaf.unpack(*this);
-    check<ShapeError>(g->shape == grad_shape_ || (g->is_contiguous() && g->numel() == numel_of(grad_shape_)),
-                      "backward: ", name(), " got a gradient of shape ", g->shape, ", expected ", grad_shape_);
+    if (g->shape != grad_shape_ && !(g->is_contiguous() && g->numel() == numel_of(grad_shape_)))
+      throw ShapeError(kiln::detail::cat("backward: ", name(), " got a gradient of shape ", g->shape, ", expected ",
+                                         grad_shape_));
     if (g->shape != grad_shape_) g = g->view_as(grad_shape_, contiguous_strides(grad_shape_), g->offset);
     if (scale_ != 1) g = scaled_gradient(*g, scale_);
     // One gradient buffer of the expression's shape per tensor that needs one; leaf k writes to

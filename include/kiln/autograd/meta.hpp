@@ -38,6 +38,8 @@ struct Node {
   // Drops what the node saved for backward (after a backward without retain_graph).
   virtual void release_saved() {}
   virtual int num_outputs() const { return 1; }
+  // True for the node that accumulates into a leaf's .grad (it keeps no saved state to free).
+  virtual bool accumulates() const { return false; }
 
   std::vector<Edge> next_edges;
   uint64_t sequence_nr = next_sequence_nr();  // later nodes run first

@@ -6,6 +6,10 @@
 #define KILN_VERSION_PATCH 0
 #define KILN_VERSION_STRING "0.1.0"
 
+// Forces inlining: expression building (each node a small constructor) inside kernels, such as the
+// derivatives a fused backward builds per vector, must not become calls.
+#define KILN_INLINE [[gnu::always_inline]] inline
+
 namespace kiln {
 
 inline constexpr const char* version() { return KILN_VERSION_STRING; }

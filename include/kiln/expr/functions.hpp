@@ -6,6 +6,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "kiln/core/config.hpp"
 #include "kiln/expr/node.hpp"
 #include "kiln/ops/registry.hpp"
 
@@ -35,7 +36,7 @@ struct scalar_context {
 };
 
 template <class T, class X>
-auto to_node(const X& x) {
+KILN_INLINE auto to_node(const X& x) {
   if constexpr (Expression<X>) return x;
   else if constexpr (TensorHandle<X>) return Leaf<typename X::value_type>(x.impl_ptr());
   else if constexpr (std::is_same_v<X, bool>) return Scalar<bool>(x);
@@ -57,7 +58,7 @@ auto scalar_apply(const X&... x) {
 
 // Applies an op-table entry (or a user's own op struct) elementwise.
 template <class Op, OperandOrScalar... X>
-auto map(const X&... x) {
+KILN_INLINE auto map(const X&... x) {
   if constexpr (!(Operand<X> || ...)) {
     return detail::scalar_apply<Op>(x...);
   } else {
@@ -70,13 +71,13 @@ auto map(const X&... x) {
 
 #define KILN_DEFINE_UNARY(fn, Op) \
   template <OperandOrScalar X>    \
-  auto fn(const X& x) { return map<ops::Op>(x); }
+  KILN_INLINE auto fn(const X& x) { return map<ops::Op>(x); }
 #define KILN_DEFINE_BINARY(fn, Op)                   \
   template <OperandOrScalar A, OperandOrScalar B>    \
-  auto fn(const A& a, const B& b) { return map<ops::Op>(a, b); }
+  KILN_INLINE auto fn(const A& a, const B& b) { return map<ops::Op>(a, b); }
 #define KILN_DEFINE_TERNARY(fn, Op)                                   \
   template <OperandOrScalar C, OperandOrScalar A, OperandOrScalar B>  \
-  auto fn(const C& c, const A& a, const B& b) { return map<ops::Op>(c, a, b); }
+  KILN_INLINE auto fn(const C& c, const A& a, const B& b) { return map<ops::Op>(c, a, b); }
 KILN_UNARY_OPS(KILN_DEFINE_UNARY)
 KILN_BINARY_OPS(KILN_DEFINE_BINARY)
 KILN_TERNARY_OPS(KILN_DEFINE_TERNARY)
@@ -116,14 +117,14 @@ auto clamp(const X& x, const Lo& lo, const Hi& hi) { return minimum(maximum(x, l
 template <class A, class B>
 concept OperatorOperands = (Operand<A> || Operand<B>) && OperandOrScalar<A> && OperandOrScalar<B>;
 
-template <Operand X> auto operator-(const X& x) { return neg(x); }
-template <Operand X> auto operator!(const X& x) { return logical_not(x); }
-template <Operand X> auto operator~(const X& x) { return logical_not(x); }
+template <Operand X> KILN_INLINE auto operator-(const X& x) { return neg(x); }
+template <Operand X> KILN_INLINE auto operator!(const X& x) { return logical_not(x); }
+template <Operand X> KILN_INLINE auto operator~(const X& x) { return logical_not(x); }
 
 #define KILN_DEFINE_OPERATOR(sym, fn) \
   template <class A, class B>         \
     requires OperatorOperands<A, B>   \
-  auto operator sym(const A& a, const B& b) { return fn(a, b); }
+  KILN_INLINE auto operator sym(const A& a, const B& b) { return fn(a, b); }
 KILN_DEFINE_OPERATOR(+, add)
 KILN_DEFINE_OPERATOR(-, sub)
 KILN_DEFINE_OPERATOR(*, mul)
