@@ -7,6 +7,7 @@
 #include "kiln/cpu/simd_target.hpp"
 #include "kiln/tensor/any_tensor.hpp"
 #include "kiln/tensor/factory.hpp"
+#include "kiln/tensor/gather.hpp"
 #include "kiln/tensor/indexing.hpp"
 #include "kiln/tensor/join.hpp"
 #include "kiln/tensor/print.hpp"
