@@ -4,7 +4,6 @@
 // accumulates into leaves' .grad (or, for autograd::grad, captures the gradients of the inputs).
 #include <queue>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "kiln/autograd/grad_mode.hpp"
 #include "kiln/autograd/grad_ops.hpp"
@@ -80,29 +79,35 @@ struct BackwardOptions {
 };
 
 inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options) {
-  // Count, for every reachable node, the edges that lead into it.
-  std::unordered_map<Node*, int> dependencies;
+  // One entry per reachable node: the edges still to arrive, the gradients that did, a handle that
+  // keeps the node alive while queued, and whether it ran.
+  struct Task {
+    int dependencies = 0;
+    GradList grads;
+    std::shared_ptr<Node> owner;
+    bool done = false;
+  };
+  std::unordered_map<Node*, Task> tasks;
+  tasks.reserve(16);
   std::vector<Node*> stack;
-  std::unordered_set<Node*> seen;
   for (const Edge& e : roots)
-    if (e.valid() && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    if (e.valid() && tasks.try_emplace(e.fn.get()).second) stack.push_back(e.fn.get());
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next_edges) {
       if (!e.valid()) continue;
-      ++dependencies[e.fn.get()];
-      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+      auto [it, inserted] = tasks.try_emplace(e.fn.get());
+      ++it->second.dependencies;
+      if (inserted) stack.push_back(e.fn.get());
     }
   }
 
-  std::unordered_map<Node*, GradList> buffers;
-  std::unordered_map<Node*, std::shared_ptr<Node>> owners;  // keeps nodes alive while queued
   auto deliver = [&](const Edge& e, ImplPtr g) {
-    GradList& buf = buffers[e.fn.get()];
-    if (buf.size() < size_t(e.fn->num_outputs())) buf.resize(e.fn->num_outputs());
-    buf[e.input_nr] = add_grads(buf[e.input_nr], g);
-    owners[e.fn.get()] = e.fn;
+    Task& t = tasks[e.fn.get()];
+    if (t.grads.size() < size_t(e.fn->num_outputs())) t.grads.resize(e.fn->num_outputs());
+    t.grads[e.input_nr] = add_grads(t.grads[e.input_nr], std::move(g));
+    if (!t.owner) t.owner = e.fn;
   };
   auto captured_index = [&](const Edge& e) -> int {
     if (!options.capture) return -1;
@@ -115,21 +120,19 @@ inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, co
   auto compare = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
   std::priority_queue<Node*, std::vector<Node*>, decltype(compare)> ready(compare);
 
-  for (size_t i = 0; i < roots.size(); ++i) {
-    if (!roots[i].valid()) continue;
-    deliver(roots[i], root_grads[i]);
-  }
+  for (size_t i = 0; i < roots.size(); ++i)
+    if (roots[i].valid()) deliver(roots[i], root_grads[i]);
   for (const Edge& e : roots)
-    if (e.valid() && dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+    if (e.valid() && tasks[e.fn.get()].dependencies == 0) ready.push(e.fn.get());
 
-  std::unordered_set<Node*> queued;
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    if (!queued.insert(n).second) continue;
-    std::shared_ptr<Node> hold = owners[n];
-    GradList grads = std::move(buffers[n]);
-    buffers.erase(n);
+    Task& task = tasks[n];
+    if (task.done) continue;
+    task.done = true;
+    const std::shared_ptr<Node> hold = std::move(task.owner);
+    GradList grads = std::move(task.grads);
     for (const Node::PreHook& hook : n->pre_hooks) {
       if (hook.output_nr >= int(grads.size()) || !grads[hook.output_nr]) continue;
       if (ImplPtr replaced = hook.fn(grads[hook.output_nr])) grads[hook.output_nr] = std::move(replaced);
@@ -165,7 +168,7 @@ inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, co
       const Edge& e = n->next_edges[k];
       if (!e.valid()) continue;
       if (k < out.size() && out[k]) deliver(e, std::move(out[k]));
-      if (--dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+      if (--tasks[e.fn.get()].dependencies == 0) ready.push(e.fn.get());
     }
   }
 }
