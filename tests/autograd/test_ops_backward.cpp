@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "kiln/autograd/gradcheck.hpp"
+#include "kiln/tensor/indexing.hpp"
 #include "kiln/tensor/join.hpp"
 #include "kiln/tensor/linalg.hpp"
 #include "kiln/tensor/random.hpp"
@@ -148,4 +149,38 @@ TEST_CASE("cat and stack route each input its slice of the gradient") {
   CHECK(joined.grad_fn()->name() == "CatBackward");
   sum(joined).backward();
   for (double v : x.grad().contiguous().to_vector()) CHECK(v == 2.0);
+}
+
+TEST_CASE("every view passes gradcheck, on contiguous and transposed bases") {
+  using indexing::Slice;
+  const Tensor<double> x = sample({2, 3, 4}, 17);
+  const auto check_view = [&](const char* what, auto f) {
+    for (bool transposed : {false, true}) {
+      const auto r = autograd::gradcheck(
+          [f, transposed](const Inputs& in) {
+            // A transposed base makes every view non-contiguous; multiplying by a position-dependent
+            // weight makes a wrong routing of the gradient visible.
+            const Tensor<double> base = transposed ? Tensor<double>(in[0].transpose(0, 2)).transpose(0, 2) : in[0];
+            const Tensor<double> v = f(base);
+            return Tensor<double>(v * arange<double>(1, double(v.numel()) + 1).view(v.shape()));
+          },
+          {x});
+      INFO(what, transposed ? " (transposed base)" : "", ": ", r.message);
+      CHECK(r.ok);
+    }
+  };
+  check_view("view", [](const Tensor<double>& a) { return a.contiguous().view({6, 4}); });
+  check_view("reshape", [](const Tensor<double>& a) { return a.reshape({4, 6}); });
+  check_view("permute", [](const Tensor<double>& a) { return a.permute({2, 0, 1}); });
+  check_view("transpose", [](const Tensor<double>& a) { return a.transpose(1, 2); });
+  check_view("slice with step", [](const Tensor<double>& a) { return a.slice(2, 1, 4, 2); });
+  check_view("narrow", [](const Tensor<double>& a) { return a.narrow(1, 1, 2); });
+  check_view("select", [](const Tensor<double>& a) { return a.select(1, 2); });
+  check_view("unsqueeze", [](const Tensor<double>& a) { return a.unsqueeze(1); });
+  check_view("squeeze", [](const Tensor<double>& a) { return a.slice(0, 0, 1).squeeze(0); });
+  check_view("expand", [](const Tensor<double>& a) { return a.slice(1, 0, 1).expand({2, 5, 4}); });
+  check_view("flatten", [](const Tensor<double>& a) { return a.flatten(1); });
+  check_view("contiguous", [](const Tensor<double>& a) { return a.contiguous(); });
+  check_view("index", [](const Tensor<double>& a) { return a.index({Slice(), 1, Slice(0, 4, 3)}); });
+  check_view("t of a select", [](const Tensor<double>& a) { return a.select(0, 1).t(); });
 }
