@@ -10,6 +10,9 @@
 
 namespace kiln {
 
+// The most operands one loop takes (a backward kernel has two per leaf, plus one).
+inline constexpr int kMaxOperands = 129;
+
 template <int NOps>
 struct LoopPlan {
   int rank = 0;
@@ -87,45 +90,54 @@ struct RowCursor {
 
 namespace cpu {
 
-// Walks the flat index range [begin, end) of the plan's iteration space row by row and calls
-// row(operand0_ptr, cursor, col_begin, col_end) with pointers at the start of each row.
-template <int NOps, class RowFn>
-void for_each_row(const LoopPlan<NOps>& plan, int64_t begin, int64_t end, RowFn&& row) {
-  const int inner = plan.rank - 1;
-  const int64_t len = plan.shape[inner];
+// Walks the flat index range [begin, end) of a plan's iteration space (rank, shape, nops operands with
+// base pointers and byte steps) row by row, calling row(ptr, col_begin, col_end) with each operand's
+// pointer at the start of the row. Not templated on the operand count: compiled once per callback.
+template <class RowFn>
+void walk_rows(int rank, const int64_t* shape, int nops, char* const* base, const int64_t (*step)[kMaxRank],
+               int64_t begin, int64_t end, RowFn&& row) {
+  const int inner = rank - 1;
+  const int64_t len = shape[inner];
   int64_t idx[kMaxRank] = {};
   int64_t r = begin / len, col = begin % len;
   for (int i = inner - 1; i >= 0; --i) {
-    idx[i] = r % plan.shape[i];
-    r /= plan.shape[i];
+    idx[i] = r % shape[i];
+    r /= shape[i];
   }
-  char* dst = plan.base[0];
-  RowCursor<NOps - 1> c;
-  for (int k = 0; k + 1 < NOps; ++k) {
-    c.ptr[k] = plan.base[k + 1];
-    c.step[k] = plan.step[k + 1][inner];
-  }
-  auto offset = [&](int k) {
+  char* ptr[kMaxOperands];
+  for (int k = 0; k < nops; ++k) {
     int64_t o = 0;
-    for (int i = 0; i < inner; ++i) o += idx[i] * plan.step[k][i];
-    return o;
-  };
-  dst += offset(0);
-  for (int k = 1; k < NOps; ++k) c.ptr[k - 1] += offset(k);
+    for (int i = 0; i < inner; ++i) o += idx[i] * step[k][i];
+    ptr[k] = base[k] ? base[k] + o : nullptr;
+  }
   while (begin < end) {
     const int64_t stop = std::min(len, col + (end - begin));
-    row(dst, c, col, stop);
+    row(static_cast<char* const*>(ptr), col, stop);
     begin += stop - col;
     col = 0;
     for (int i = inner - 1; i >= 0; --i) {  // odometer step to the next row
-      dst += plan.step[0][i];
-      for (int k = 1; k < NOps; ++k) c.ptr[k - 1] += plan.step[k][i];
-      if (++idx[i] < plan.shape[i]) break;
-      dst -= plan.step[0][i] * plan.shape[i];
-      for (int k = 1; k < NOps; ++k) c.ptr[k - 1] -= plan.step[k][i] * plan.shape[i];
+      for (int k = 0; k < nops; ++k)
+        if (ptr[k]) ptr[k] += step[k][i];
+      if (++idx[i] < shape[i]) break;
+      for (int k = 0; k < nops; ++k)
+        if (ptr[k]) ptr[k] -= step[k][i] * shape[i];
       idx[i] = 0;
     }
   }
+}
+
+// The same for a LoopPlan, calling row(operand0_ptr, cursor, col_begin, col_end) with the other
+// operands in a RowCursor.
+template <int NOps, class RowFn>
+void for_each_row(const LoopPlan<NOps>& plan, int64_t begin, int64_t end, RowFn&& row) {
+  static_assert(NOps <= kMaxOperands, "kiln: too many operands for one loop");
+  RowCursor<NOps - 1> c;
+  for (int k = 0; k + 1 < NOps; ++k) c.step[k] = plan.step[k + 1][plan.rank - 1];
+  walk_rows(plan.rank, plan.shape, NOps, plan.base, plan.step, begin, end,
+            [&](char* const* ptr, int64_t col, int64_t stop) {
+              for (int k = 0; k + 1 < NOps; ++k) c.ptr[k] = ptr[k + 1];
+              row(ptr[0], c, col, stop);
+            });
 }
 
 }  // namespace cpu

@@ -105,9 +105,6 @@ inline char* stage_memory(size_t bytes) {
   return memory.data() + ((64 - p % 64) % 64);
 }
 
-// The most operands a kernel takes (a backward kernel has two per leaf, plus one).
-inline constexpr int kMaxOperands = 129;
-
 // Runs the kernel over n elements: operand k < nops starts at at[k] with byte step step[k].
 inline void run_segment(const KernelDesc& kernel, const void* context, const OperandType* types, int nops,
                         char* const* at, const int64_t* step, int64_t n) {
@@ -164,24 +161,30 @@ inline void run_segment(const KernelDesc& kernel, const void* context, const Ope
   }
 }
 
-// Runs the kernel over the plan's whole iteration space, rows split over threads; cost is the
-// kernel's work per element (for the threading threshold).
+// Runs the kernel over a plan's whole iteration space, rows split over threads; cost is the kernel's
+// work per element (for the threading threshold). Compiled once, whatever the operand count.
+inline void run_plan(int rank, const int64_t* shape, int nops, char* const* base, const int64_t (*step)[kMaxRank],
+                     const OperandType* types, const KernelDesc& kernel, const void* context, int64_t cost) {
+  int64_t total = 1;
+  for (int i = 0; i < rank; ++i) total *= shape[i];
+  parallel_for(total, cost, 64, [&](int64_t begin, int64_t end) {
+    walk_rows(rank, shape, nops, base, step, begin, end, [&](char* const* ptr, int64_t j, int64_t stop) {
+      char* at[kMaxOperands];
+      int64_t row_step[kMaxOperands];
+      for (int k = 0; k < nops; ++k) {
+        row_step[k] = step[k][rank - 1];
+        at[k] = ptr[k] ? ptr[k] + j * row_step[k] : nullptr;
+      }
+      run_segment(kernel, context, types, nops, at, row_step, stop - j);
+    });
+  });
+}
+
 template <int NOps>
 void run_plan(const LoopPlan<NOps>& plan, const OperandType* types, const KernelDesc& kernel, const void* context,
               int64_t cost) {
-  parallel_for(plan.numel(), cost, 64, [&](int64_t begin, int64_t end) {
-    for_each_row(plan, begin, end, [&](char* first, const auto& c, int64_t j, int64_t stop) {
-      char* at[NOps];
-      int64_t step[NOps];
-      at[0] = first ? first + j * plan.step[0][plan.rank - 1] : nullptr;
-      step[0] = plan.step[0][plan.rank - 1];
-      for (int k = 1; k < NOps; ++k) {
-        step[k] = c.step[k - 1];
-        at[k] = c.ptr[k - 1] ? const_cast<char*>(c.ptr[k - 1]) + j * step[k] : nullptr;
-      }
-      run_segment(kernel, context, types, NOps, at, step, stop - j);
-    });
-  });
+  static_assert(NOps <= kMaxOperands, "kiln: too many operands for one kernel");
+  run_plan(plan.rank, plan.shape, NOps, plan.base, plan.step, types, kernel, context, cost);
 }
 
 }  // namespace kiln::cpu

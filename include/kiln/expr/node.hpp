@@ -48,28 +48,28 @@ struct Scalar : ExprBase<Scalar<T>> {
 template <class... A>
 struct ArgPack;
 template <class A0>
-struct ArgPack<A0> { A0 a0; };
+struct ArgPack<A0> { static constexpr size_t size = 1; A0 a0; };
 template <class A0, class A1>
-struct ArgPack<A0, A1> { A0 a0; A1 a1; };
+struct ArgPack<A0, A1> { static constexpr size_t size = 2; A0 a0; A1 a1; };
 template <class A0, class A1, class A2>
-struct ArgPack<A0, A1, A2> { A0 a0; A1 a1; A2 a2; };
+struct ArgPack<A0, A1, A2> { static constexpr size_t size = 3; A0 a0; A1 a1; A2 a2; };
 template <class A0, class A1, class A2, class A3>
-struct ArgPack<A0, A1, A2, A3> { A0 a0; A1 a1; A2 a2; A3 a3; };
+struct ArgPack<A0, A1, A2, A3> { static constexpr size_t size = 4; A0 a0; A1 a1; A2 a2; A3 a3; };
 
 template <size_t K, class P>
-constexpr const auto& arg(const P& p) {
+constexpr auto& arg(P& p) {
   if constexpr (K == 0) return p.a0;
   else if constexpr (K == 1) return p.a1;
   else if constexpr (K == 2) return p.a2;
   else return p.a3;
 }
 
-// f(children...) for a pack.
-template <class... A, class F>
-constexpr decltype(auto) apply_args(const ArgPack<A...>& p, F&& f) {
+// f(children...) for a pack (const or not).
+template <class P, class F>
+constexpr decltype(auto) apply_args(P& p, F&& f) {
   return [&]<size_t... K>(std::index_sequence<K...>) -> decltype(auto) {
     return f(arg<K>(p)...);
-  }(std::index_sequence_for<A...>{});
+  }(std::make_index_sequence<std::remove_const_t<P>::size>{});
 }
 
 template <class Op, Expression... Args>
@@ -178,6 +178,16 @@ void for_each_leaf(const Value<V, T>&, F&&) {}
 template <class Op, class... A, class F>
 void for_each_leaf(const Map<Op, A...>& m, F&& f) {
   apply_args(m.args, [&](const auto&... a) { (for_each_leaf(a, f), ...); });
+}
+
+// Drops the tree's references to its leaves' tensors (a saved expression after its backward ran).
+template <class T>
+void release_leaves(Leaf<T>& leaf) { leaf.impl.reset(); }
+template <class T>
+void release_leaves(Scalar<T>&) {}
+template <class Op, class... A>
+void release_leaves(Map<Op, A...>& m) {
+  apply_args(m.args, [](auto&... a) { (release_leaves(a), ...); });
 }
 
 }  // namespace kiln
