@@ -154,12 +154,18 @@ void simd_backward_kernel(const void* context, char* const* ptr, int64_t n) {
   const auto& ctx = *static_cast<const autograd::BackwardContext<E>*>(context);
   const E& e = *ctx.expr;
   using L = typename simd_plan<E>::lane;
+  constexpr int N = leaf_count_v<E>;
   const hn::ScalableTag<L> d;
+  // Local copies the compiler can keep in registers across the stores.
+  char* p[2 * N + 1];
+  for (int k = 0; k <= 2 * N; ++k) p[k] = ptr[k];
+  bool accumulate[N];
+  for (int k = 0; k < N; ++k) accumulate[k] = ctx.accumulate[k];
   for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) {
-    const SimdSweep<decltype(d)> sweep{d, ptr, j};
+    const SimdSweep<decltype(d)> sweep{d, p, j};
     const auto tape = tape_forward<1>(e, sweep);
-    SimdGradSink<leaf_count_v<E>, decltype(d)> sink{d, ptr, ctx.accumulate, j};
-    tape_backward<1>(e, sweep, tape, hn::LoadU(d, reinterpret_cast<const L*>(ptr[0]) + j), sink);
+    SimdGradSink<N, decltype(d)> sink{d, p, accumulate, j};
+    tape_backward<1>(e, sweep, tape, hn::LoadU(d, reinterpret_cast<const L*>(p[0]) + j), sink);
   }
 }
 
