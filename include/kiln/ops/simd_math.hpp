@@ -639,7 +639,9 @@ HWY_INLINE V Tan(D d, V x) {
 }
 
 /**
- * tanh(x) = e / (e + 2) with e = expm1(2|x|); +-1 beyond the rounding limit.
+ * tanh(x). float: x + x^3 P(x^2) for |x| < 0.625 (Cephes' minimax
+ * polynomial), else 1 - 2 / (exp(2|x|) + 1), which rounds to 1 beyond the
+ * limit; double: e / (e + 2) with e = expm1(2|x|).
  *
  * Valid Lane Types: float32, float64
  *        Max Error: ULP = 2 (float, double)
@@ -655,11 +657,26 @@ HWY_INLINE V Tanh(D d, V x) {
   const V ax = hn::Abs(x);
   // Above the limit 1 - tanh < eps/4: the correctly rounded result is 1.
   const V limit = hn::Set(d, kF32 ? T(9.1) : T(19.1));
-  const V axc = hn::Min(ax, limit);  // keeps e finite (NaN -> limit)
-  const V e = detail::Expm1Core(d, hn::Add(axc, axc));
-  const V t = hn::Div(e, hn::Add(e, hn::Set(d, T(2))));
-  const V r = hn::IfThenElse(hn::Ge(ax, limit), hn::Set(d, T(1)), t);
-  return detail::KeepNaN(x, hn::Or(r, sign));
+  if constexpr (kF32) {
+    // Fewer operations than the expm1 form (no Fast2Sum, no exact scaling): the polynomial covers
+    // the small |x| where 1 - 2 / (e + 1) would cancel. Measured 1 ULP with a correctly rounded exp.
+    static constexpr float c[] = {-3.33332819422e-1f, 1.33314422036e-1f, -5.37397155531e-2f, 2.06390887954e-2f,
+                                  -5.70498872745e-3f};
+    const V z = hn::Mul(x, x);
+    const V small = hn::MulAdd(hn::Mul(detail::Horner(d, z, c), z), ax, ax);
+    const V axc = hn::Min(ax, limit);  // keeps exp finite (NaN -> limit)
+    const V one = hn::Set(d, T(1));
+    const V e = hn::Exp(d, hn::Add(axc, axc));
+    const V large = hn::Sub(one, hn::Div(hn::Set(d, T(2)), hn::Add(e, one)));
+    const V r = hn::IfThenElse(hn::Lt(ax, hn::Set(d, T(0.625))), small, large);
+    return detail::KeepNaN(x, hn::Or(r, sign));  // the sign restores -0 too
+  } else {
+    const V axc = hn::Min(ax, limit);  // keeps e finite (NaN -> limit)
+    const V e = detail::Expm1Core(d, hn::Add(axc, axc));
+    const V t = hn::Div(e, hn::Add(e, hn::Set(d, T(2))));
+    const V r = hn::IfThenElse(hn::Ge(ax, limit), hn::Set(d, T(1)), t);
+    return detail::KeepNaN(x, hn::Or(r, sign));
+  }
 }
 
 /**
