@@ -36,6 +36,12 @@ if ! grep -qF -- "$expect" "$tmp/fail.log"; then
   grep -m 10 'error' "$tmp/fail.log"
   exit 1
 fi
+# One readable error, not a cascade: the check that fails stops the expression from being built.
 errors=$(grep -c 'error:' "$tmp/fail.log")
-echo "PASS $name: compiles without KILN_SHOULD_FAIL; with it fails with \"$expect\" ($errors error lines)"
+if [[ $errors -ne 1 ]]; then
+  echo "FAIL $name: says \"$expect\" but prints $errors error lines, expected 1:"
+  grep -m 10 'error:' "$tmp/fail.log"
+  exit 1
+fi
+echo "PASS $name: compiles without KILN_SHOULD_FAIL; with it fails with \"$expect\" and nothing else"
 exit 0

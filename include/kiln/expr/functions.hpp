@@ -63,9 +63,13 @@ KILN_INLINE auto map(const X&... x) {
     return detail::scalar_apply<Op>(x...);
   } else {
     using T = typename detail::scalar_context<Op, X...>::type;
-    using Node = Map<Op, decltype(detail::to_node<T>(x))...>;
-    Op::template check_types<typename decltype(detail::to_node<T>(x))::value_type...>();
-    return Node(detail::to_node<T>(x)...);
+    if constexpr (!Op::template check_types<typename decltype(detail::to_node<T>(x))::value_type...>()) {
+      // After the check's one "kiln: ..." error, a stand-in of the result's dtype: nothing fails again.
+      using R = typename Op::template result<typename decltype(detail::to_node<T>(x))::value_type...>;
+      return Scalar<R>(compute_t<R>(0));
+    } else {
+      return Map<Op, decltype(detail::to_node<T>(x))...>(detail::to_node<T>(x)...);
+    }
   }
 }
 

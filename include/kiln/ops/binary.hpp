@@ -200,9 +200,12 @@ struct Where {
   template <class C, class T, class U>
   using result = T;
   template <class C, class T, class U>
-  static consteval void check_types() {
-    static_assert(std::is_same_v<C, bool>, "kiln: the condition of where must be a bool tensor or expression");
-    static_assert(std::is_same_v<T, U>, "kiln: the two branches of where have different dtypes; convert one with .to<T>()");
+  static consteval bool check_types() {
+    constexpr bool condition = std::is_same_v<C, bool>, same = std::is_same_v<T, U>;
+    static_assert(condition, "kiln: the condition of where must be a bool tensor or expression");
+    static_assert(!condition || same,
+                  "kiln: the two branches of where have different dtypes; convert one with .to<T>()");
+    return condition && same;
   }
   template <class L> static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_integral_v<L>;
   template <class T> static T scalar(bool c, T a, T b) { return c ? a : b; }

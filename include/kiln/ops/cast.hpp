@@ -17,7 +17,7 @@ struct Cast {
   template <class T, class...>
   using result = U;
   template <class T>
-  static consteval void check_types() {}
+  static consteval bool check_types() { return true; }
   template <class L> static constexpr bool simd_for = false;
   // Float to integer saturates and sends NaN to 0 (a plain C++ conversion would be undefined).
   template <class T> static compute_t<U> scalar(T x) {

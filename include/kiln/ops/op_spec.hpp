@@ -29,12 +29,16 @@ struct OpInfo {
 struct SameTypeOp {
   template <class T, class... Ts>
   using result = T;
+  // Each check_types fails to compile with one "kiln: ..." line and returns whether the types are
+  // accepted, so that map<Op> builds nothing more (no second error) when they are not.
   template <class T, class... Ts>
-  static consteval void check_types() {
-    static_assert((std::is_same_v<T, Ts> && ...),
-                  "kiln: operands of an elementwise op have different dtypes; convert one with .to<T>()");
-    static_assert(!std::is_same_v<T, bool>,
+  static consteval bool check_types() {
+    constexpr bool same = (std::is_same_v<T, Ts> && ...);
+    static_assert(same, "kiln: operands of an elementwise op have different dtypes; convert one with .to<T>()");
+    constexpr bool numeric = !std::is_same_v<T, bool>;
+    static_assert(!same || numeric,
                   "kiln: arithmetic on bool tensors is not supported; convert with .to<int32_t>()");
+    return same && numeric;
   }
   template <class L>
   static constexpr bool simd_for = std::is_floating_point_v<L>;
@@ -43,10 +47,10 @@ struct SameTypeOp {
 // Float-only functions (exp, sin, ...): integer operands fail to compile.
 struct FloatOp : SameTypeOp {
   template <class T, class... Ts>
-  static consteval void check_types() {
-    SameTypeOp::check_types<T, Ts...>();
-    static_assert(is_floating_v<T>,
-                  "kiln: this function needs a floating-point tensor; convert it with .to<float>()");
+  static consteval bool check_types() {
+    constexpr bool floating = is_floating_v<T>;
+    static_assert(floating, "kiln: this function needs a floating-point tensor; convert it with .to<float>()");
+    return floating && SameTypeOp::check_types<T, Ts...>();
   }
 };
 
@@ -56,9 +60,10 @@ struct CompareOp {
   template <class T, class... Ts>
   using result = bool;
   template <class T, class... Ts>
-  static consteval void check_types() {
-    static_assert((std::is_same_v<T, Ts> && ...),
-                  "kiln: operands of a comparison have different dtypes; convert one with .to<T>()");
+  static consteval bool check_types() {
+    constexpr bool same = (std::is_same_v<T, Ts> && ...);
+    static_assert(same, "kiln: operands of a comparison have different dtypes; convert one with .to<T>()");
+    return same;
   }
   template <class L>
   static constexpr bool simd_for = std::is_floating_point_v<L> || std::is_same_v<L, int32_t>;
@@ -70,9 +75,10 @@ struct LogicalOp {
   template <class T, class... Ts>
   using result = bool;
   template <class T, class... Ts>
-  static consteval void check_types() {
-    static_assert(std::is_same_v<T, bool> && (std::is_same_v<Ts, bool> && ...),
-                  "kiln: logical ops take bool operands; compare first, e.g. x != 0");
+  static consteval bool check_types() {
+    constexpr bool all_bool = std::is_same_v<T, bool> && (std::is_same_v<Ts, bool> && ...);
+    static_assert(all_bool, "kiln: logical ops take bool operands; compare first, e.g. x != 0");
+    return all_bool;
   }
   template <class L>
   static constexpr bool simd_for = true;
