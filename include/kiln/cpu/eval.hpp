@@ -8,6 +8,7 @@
 #include <hwy/highway.h>
 
 #include <array>
+#include <tuple>
 #include <type_traits>
 
 #include "kiln/cpu/stage.hpp"
@@ -133,6 +134,42 @@ void simd_kernel(const void* context, char* const* ptr, int64_t n) {
   for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) hn::StoreU(as_lanes(d, simd_eval<1>(e, d, p, j)), d, out + j);
 }
 
+// Several trees over one iteration space, one output each, in one pass: ptr[0..K) are the outputs,
+// then each tree's leaves in turn. Every tree is evaluated before any output of the vector is stored,
+// so an output may be a leaf of any tree (an optimizer's m = b1 * m + ...).
+template <class... E>
+struct TreeOffsets {
+  static constexpr int count = sizeof...(E);
+  static constexpr std::array<int, sizeof...(E)> first_leaf = [] {
+    std::array<int, sizeof...(E)> out{};
+    int at = int(sizeof...(E));
+    int k = 0;
+    ((out[k++] = at, at += leaf_count_v<E>), ...);
+    return out;
+  }();
+};
+
+template <class... E, size_t... K>
+HWY_INLINE void simd_multi_vector(const std::tuple<const E*...>& trees, char* const* ptr, int64_t j,
+                                  std::index_sequence<K...>) {
+  using L = typename simd_plan<std::tuple_element_t<0, std::tuple<E...>>>::lane;
+  const hn::ScalableTag<L> d;
+  const auto values = std::make_tuple(
+      as_lanes(d, simd_eval<TreeOffsets<E...>::first_leaf[K]>(*std::get<K>(trees), d, ptr, j))...);
+  (hn::StoreU(std::get<K>(values), d, reinterpret_cast<L*>(ptr[K]) + j), ...);
+}
+
+template <class... E>
+void simd_multi_kernel(const void* context, char* const* ptr, int64_t n) {
+  const auto& trees = *static_cast<const std::tuple<const E*...>*>(context);
+  using L = typename simd_plan<std::tuple_element_t<0, std::tuple<E...>>>::lane;
+  constexpr int nops = (int(sizeof...(E)) + ... + leaf_count_v<E>);
+  char* p[nops];
+  for (int k = 0; k < nops; ++k) p[k] = ptr[k];
+  for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(hn::ScalableTag<L>())))
+    simd_multi_vector(trees, p, j, std::index_sequence_for<E...>{});
+}
+
 template <class E>
 inline int64_t simd_lanes() {
   return int64_t(hn::Lanes(hn::ScalableTag<typename simd_plan<E>::lane>()));
@@ -171,6 +208,12 @@ constexpr auto kernel_operands(const std::array<ScalarType, NOut>& outputs) {
   return types;
 }
 
+// Appends E's leaves' operand types at types[k...], advancing k.
+template <class E, size_t N>
+void types_of_leaves(std::array<OperandType, N>& types, int& k) {
+  for (ScalarType t : leaf_dtypes<E>::value) types[size_t(k++)] = {t, kernel_dtype<E>(t), false};
+}
+
 template <class E>
 void scalar_kernel(const void* context, char* const* ptr, int64_t n) {
   const E& e = *static_cast<const E*>(context);
@@ -188,6 +231,34 @@ template <class E>
 KernelDesc forward_kernel() {
   if constexpr (is_simd_v<E>) return {&kiln::HWY_NAMESPACE::simd_kernel<E>, kiln::HWY_NAMESPACE::simd_lanes<E>()};
   else return {&scalar_kernel<E>, 1};
+}
+
+// dst_k = e_k for every k in one pass (cpu::simd_multi_kernel); the dsts share the iteration shape.
+// Every tree must run as Highway vectors of one lane type. The caller has checked shapes, versions
+// and overlap (an output may be a leaf read at the same position, nothing else).
+template <class... E>
+void assign_all(const std::array<const TensorImpl*, sizeof...(E)>& dsts, const E&... e) {
+  using First = std::tuple_element_t<0, std::tuple<E...>>;
+  static_assert((is_simd_v<E> && ...) &&
+                    (std::is_same_v<typename kiln::HWY_NAMESPACE::simd_plan<E>::lane,
+                                    typename kiln::HWY_NAMESPACE::simd_plan<First>::lane> && ...),
+                "kiln: eval_all fuses expressions that run as SIMD vectors of one lane type (float or double)");
+  constexpr int K = int(sizeof...(E));
+  constexpr int NOps = (K + ... + leaf_count_v<E>);
+  const Shape& shape = dsts[0]->shape;
+  LoopPlan<NOps> plan;
+  plan.set_shape(shape);
+  for (int k = 0; k < K; ++k) plan.set_operand(k, dsts[k], shape);
+  int at = K;
+  (for_each_leaf(e, [&](const auto& leaf) { plan.set_operand(at++, leaf.impl.get(), shape); }), ...);
+  plan.coalesce();
+  std::array<OperandType, NOps> types{};
+  int k = 0;
+  ((types[k] = {dsts[k]->dtype, kernel_dtype<E>(dsts[k]->dtype), true}, ++k), ...);
+  ((types_of_leaves<E>(types, k)), ...);
+  const std::tuple<const E*...> trees{&e...};
+  run_plan(plan, types.data(), {&kiln::HWY_NAMESPACE::simd_multi_kernel<E...>, kiln::HWY_NAMESPACE::simd_lanes<First>()},
+           &trees, (1 + ... + tree_traits<E>::cost));
 }
 
 // dst = e, elementwise; dst's shape is the iteration shape (e broadcasts to it). The caller has

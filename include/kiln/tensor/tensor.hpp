@@ -23,6 +23,7 @@ class TensorIndex;
 
 namespace autograd {
 struct Node;
+inline bool requires_grad(const TensorImpl& impl);
 template <class E>
 bool needs_graph(const E& e);
 template <class E>
@@ -294,6 +295,49 @@ std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<T
 template <Expression E, Dtype T>
 void eval(const E& expr, Tensor<T>& out) {
   out.copy_(expr);
+}
+
+// outs[k] = exprs[k] for every k, in place and in one fused pass: every expression is evaluated at a
+// position before any output there is written, so an output may appear in the expressions (read at
+// that same position): `kiln::eval_all({&m, &p}, b1 * m + (1 - b1) * g, p - lr * (b1 * m + ...))`.
+// The outputs share one shape and dtype; each expression broadcasts to it. Float and double.
+template <Dtype T, Operand... E>
+void eval_all(std::initializer_list<Tensor<T>*> outs, const E&... exprs) {
+  static_assert(sizeof...(E) >= 1, "kiln: eval_all needs at least one expression");
+  constexpr size_t K = sizeof...(E);
+  check<std::invalid_argument>(outs.size() == K, "eval_all: ", outs.size(), " outputs for ", K, " expressions");
+  std::array<std::shared_ptr<TensorImpl>, K> dst;
+  std::array<const TensorImpl*, K> raw;
+  size_t k = 0;
+  for (Tensor<T>* t : outs) {
+    dst[k] = t->impl_ptr();
+    raw[k] = dst[k].get();
+    check<ShapeError>(!dst[k] || dst[k]->shape == dst[0]->shape, "eval_all: output ", k, " has shape ",
+                      dst[k] ? dst[k]->shape : Shape{}, ", output 0 ", dst[0]->shape);
+    ++k;
+  }
+  const auto nodes = std::make_tuple(detail::to_node<T>(exprs)...);
+  std::apply([&](const auto&... e) {
+    size_t i = 0;
+    ((detail::check_versions(e),
+      check<ShapeError>(broadcast_shapes(e.shape(), dst[0]->shape, "eval_all") == dst[0]->shape, "eval_all: expression ",
+                        i, " of shape ", e.shape(), " cannot be broadcast to the outputs' shape ", dst[0]->shape),
+      ++i),
+     ...);
+    const bool recording = (autograd::needs_graph(e) || ...);
+    for (const auto& d : dst)
+      check<std::logic_error>(!recording && !(GradMode::is_enabled() && autograd::requires_grad(*d)),
+                              "eval_all: in-place writes to or from tensors that require grad are not recorded; use a "
+                              "kiln::NoGradGuard");
+    auto no_unsafe_overlap = [&](const auto& leaf) {
+      for (const auto& d : dst)
+        check<std::logic_error>(!detail::overlaps_unsafely(*leaf.impl, *d), "eval_all: an input of shape ",
+                                leaf.impl->shape, " overlaps an output other than element for element");
+    };
+    (for_each_leaf(e, no_unsafe_overlap), ...);
+    if (dst[0]->numel() > 0) cpu::assign_all(raw, e...);
+  }, nodes);
+  for (const auto& d : dst) d->storage->bump_version();
 }
 
 }  // namespace kiln

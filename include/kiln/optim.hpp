@@ -1,0 +1,5 @@
+#pragma once
+// kiln::optim: SGD, Adam, AdamW, RMSprop (opt-in, not behind <kiln/kiln.hpp>).
+#include "kiln/optim/adam.hpp"
+#include "kiln/optim/rmsprop.hpp"
+#include "kiln/optim/sgd.hpp"

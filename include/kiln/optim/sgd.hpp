@@ -1,0 +1,56 @@
+#pragma once
+// torch.optim.SGD: momentum, dampening, Nesterov, L2 weight decay.
+//   g = grad + weight_decay * p
+//   b = g on the first step, else momentum * b + (1 - dampening) * g
+//   p -= lr * (nesterov ? g + momentum * b : b)          (p -= lr * g without momentum)
+#include "kiln/optim/optimizer.hpp"
+
+namespace kiln::optim {
+
+class SGDOptions {
+ public:
+  explicit SGDOptions(double lr) : lr_(lr) {}
+  KILN_OPTION(double, lr, 0.0);
+  KILN_OPTION(double, momentum, 0.0);
+  KILN_OPTION(double, dampening, 0.0);
+  KILN_OPTION(double, weight_decay, 0.0);
+  KILN_OPTION(bool, nesterov, false);
+};
+
+template <Dtype T = float>
+class SGD : public Optimizer<SGDOptions, T> {
+ public:
+  using Optimizer<SGDOptions, T>::Optimizer;
+
+ protected:
+  void update(Tensor<T>& p, const Tensor<T>& grad, const SGDOptions& o) override {
+    check<std::invalid_argument>(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
+                                 "SGD: Nesterov momentum requires a momentum and zero dampening");
+    const double lr = o.lr(), wd = o.weight_decay(), mu = o.momentum();
+    const auto g = grad + p * wd;
+    if (mu == 0) {
+      eval_all({&p}, p - g * lr);
+      return;
+    }
+    auto it = momentum_.find(p.impl_ptr().get());
+    if (it == momentum_.end()) {  // the first step: the buffer is the gradient itself
+      Tensor<T> b = Optimizer<SGDOptions, T>::zeros_like(p);
+      if (o.nesterov()) eval_all({&b, &p}, g, p - (g + g * mu) * lr);
+      else eval_all({&b, &p}, g, p - g * lr);
+      momentum_.emplace(p.impl_ptr().get(), b);
+      return;
+    }
+    Tensor<T>& b = it->second;
+    const auto next = b * mu + g * (1 - o.dampening());
+    if (o.nesterov()) eval_all({&b, &p}, next, p - (g + next * mu) * lr);
+    else eval_all({&b, &p}, next, p - next * lr);
+  }
+
+ private:
+  std::unordered_map<const TensorImpl*, Tensor<T>> momentum_;
+};
+
+template <Dtype T>
+SGD(std::vector<Tensor<T>>, SGDOptions) -> SGD<T>;
+
+}  // namespace kiln::optim
