@@ -3,3 +3,5 @@
 #include "kiln/optim/adam.hpp"
 #include "kiln/optim/rmsprop.hpp"
 #include "kiln/optim/sgd.hpp"
+#include "kiln/optim/clip_grad.hpp"
+#include "kiln/optim/lr_scheduler.hpp"

@@ -29,6 +29,7 @@ class Optimizer {
   struct ParamGroup {
     std::vector<Tensor<T>> params;
     Options options;
+    double initial_lr = -1;  // set by the first LR scheduler bound to the optimizer
   };
 
   Optimizer(std::vector<Tensor<T>> params, Options defaults) : defaults_(defaults) {
