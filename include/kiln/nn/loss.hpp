@@ -1,0 +1,166 @@
+#pragma once
+// Losses as torch.nn.functional's: cross_entropy (class indices or probabilities, label_smoothing,
+// ignore_index, weight), nll_loss, mse_loss, l1_loss, smooth_l1_loss, binary_cross_entropy_with_logits.
+// Built from kiln's differentiable ops (log_softmax, gather, fused expressions, sum/mean), so each is
+// stable (log-sum-exp) and has its backward; reduction None, Mean (default) or Sum.
+#include <optional>
+
+#include "kiln/tensor/gather.hpp"
+#include "kiln/tensor/reduce.hpp"
+#include "kiln/tensor/softmax.hpp"
+
+namespace kiln::nn {
+
+enum class Reduction { None, Mean, Sum };
+
+namespace functional {
+
+// An optional tensor argument (weight, pos_weight) that does not take part in deducing T.
+template <class T>
+using OptionalTensor = std::optional<std::type_identity_t<Tensor<T>>>;
+
+namespace detail {
+template <Dtype T>
+Tensor<T> reduce(const Tensor<T>& loss, Reduction r) {
+  switch (r) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return sum(loss);
+    default: return mean(loss);
+  }
+}
+// input and target of one shape (elementwise losses).
+inline void check_same_shape(const char* op, const Shape& input, const Shape& target) {
+  check<ShapeError>(input == target, op, ": input of shape ", input, " and target of shape ", target, " differ");
+}
+// The class dim is 1 (or 0 for a 1-d input of one sample's scores).
+template <Dtype T>
+void check_class_target(const char* op, const Tensor<T>& input, const Shape& target) {
+  check<ShapeError>(input.dim() >= 1, op, ": input must have a class dim, got shape ", input.shape());
+  Shape expected = input.shape();
+  expected.erase(input.dim() == 1 ? 0 : 1);
+  check<ShapeError>(target == expected, op, ": target of shape ", target, " does not match input of shape ",
+                    input.shape(), " (expected ", expected, ")");
+}
+}  // namespace detail
+
+// Mean squared error.
+template <Dtype T>
+Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, Reduction reduction = Reduction::Mean) {
+  detail::check_same_shape("mse_loss", input.shape(), target.shape());
+  return detail::reduce(Tensor<T>(square(input - target)), reduction);
+}
+
+template <Dtype T>
+Tensor<T> l1_loss(const Tensor<T>& input, const Tensor<T>& target, Reduction reduction = Reduction::Mean) {
+  detail::check_same_shape("l1_loss", input.shape(), target.shape());
+  return detail::reduce(Tensor<T>(abs(input - target)), reduction);
+}
+
+// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta.
+template <Dtype T>
+Tensor<T> smooth_l1_loss(const Tensor<T>& input, const Tensor<T>& target, Reduction reduction = Reduction::Mean,
+                         double beta = 1.0) {
+  detail::check_same_shape("smooth_l1_loss", input.shape(), target.shape());
+  check<std::invalid_argument>(beta >= 0, "smooth_l1_loss: beta must be >= 0, got ", beta);
+  if (beta == 0) return l1_loss(input, target, reduction);
+  const auto d = abs(input - target);
+  return detail::reduce(Tensor<T>(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta)), reduction);
+}
+
+// Stable: max(x, 0) - x y + log(1 + exp(-|x|)); pos_weight p: (1 - y) x + (1 + (p - 1) y) (log1p(exp(-|x|)) + max(-x, 0)).
+template <Dtype T>
+Tensor<T> binary_cross_entropy_with_logits(const Tensor<T>& input, const Tensor<T>& target,
+                                           Reduction reduction = Reduction::Mean,
+                                           OptionalTensor<T> pos_weight = std::nullopt) {
+  detail::check_same_shape("binary_cross_entropy_with_logits", input.shape(), target.shape());
+  const auto softplus_neg = log1p(exp(-abs(input))) + maximum(-input, T(0));
+  if (pos_weight)
+    return detail::reduce(Tensor<T>((1 - target) * input + (1 + (*pos_weight - 1) * target) * softplus_neg), reduction);
+  return detail::reduce(Tensor<T>((1 - target) * input + softplus_neg), reduction);
+}
+
+// Negative log likelihood of class indices: input [N, C, d...] (or [C]) of log-probabilities, target
+// [N, d...] (or []) of int64 classes; weight [C] rescales classes; targets equal to ignore_index count
+// for nothing (and not in the mean, which divides by the total weight of the counted targets).
+template <Dtype T>
+Tensor<T> nll_loss(const Tensor<T>& input, const Tensor<int64_t>& target, OptionalTensor<T> weight = std::nullopt,
+                   int64_t ignore_index = -100, Reduction reduction = Reduction::Mean) {
+  detail::check_class_target("nll_loss", input, target.shape());
+  const int class_dim = input.dim() == 1 ? 0 : 1;
+  const int64_t classes = input.size(class_dim);
+  const Tensor<bool> counted = target != ignore_index;
+  // Ignored targets read class 0 (in range) and are masked out.
+  const Tensor<int64_t> safe = where(counted, target, int64_t(0));
+  const int64_t* t = safe.contiguous().data_ptr();
+  for (int64_t i = 0; i < safe.numel(); ++i)
+    if (t[i] < 0 || t[i] >= classes)
+      throw std::out_of_range(kiln::detail::cat("nll_loss: target ", t[i], " is out of range for ", classes, " classes"));
+  const Tensor<T> picked = gather(input, class_dim, safe.unsqueeze(class_dim)).squeeze(class_dim);
+  Tensor<T> w = counted.to<T>();
+  if (weight) {
+    check<ShapeError>(weight->shape() == Shape{classes}, "nll_loss: weight of shape ", weight->shape(), " for ",
+                      classes, " classes");
+    w = Tensor<T>(w * index_select(*weight, 0, safe.reshape({-1})).reshape(safe.shape()));
+  }
+  const Tensor<T> loss = -picked * w;
+  if (reduction == Reduction::Mean) return Tensor<T>(sum(loss) / sum(w));
+  return detail::reduce(loss, reduction);
+}
+
+// Cross entropy of raw scores: log_softmax over the class dim, then nll_loss; label_smoothing mixes in
+// the uniform distribution over classes, as PyTorch.
+template <Dtype T>
+Tensor<T> cross_entropy(const Tensor<T>& input, const Tensor<int64_t>& target,
+                        OptionalTensor<T> weight = std::nullopt, int64_t ignore_index = -100,
+                        Reduction reduction = Reduction::Mean, double label_smoothing = 0.0) {
+  check<std::invalid_argument>(label_smoothing >= 0 && label_smoothing <= 1,
+                               "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  detail::check_class_target("cross_entropy", input, target.shape());
+  const int class_dim = input.dim() == 1 ? 0 : 1;
+  const Tensor<T> logp = log_softmax(input, class_dim);
+  const Tensor<T> nll = nll_loss(logp, target, weight, ignore_index, reduction);
+  if (label_smoothing == 0) return nll;
+  // The smoothing term: -sum_c w_c logp_c / C per counted sample, reduced like the nll term.
+  const int64_t classes = input.size(class_dim);
+  Tensor<T> per_class = logp;
+  if (weight) {
+    Shape line;
+    for (int d = 0; d < input.dim(); ++d) line.push_back(d == class_dim ? classes : 1);
+    per_class = Tensor<T>(logp * weight->reshape(line));
+  }
+  const Tensor<T> counted = (target != ignore_index).to<T>();
+  const Tensor<T> smooth = Tensor<T>(-sum(per_class, class_dim) * counted);
+  Tensor<T> smooth_reduced;
+  if (reduction == Reduction::Mean) {
+    Tensor<T> denom = sum(counted);
+    if (weight) {
+      const Tensor<int64_t> safe = where(target != ignore_index, target, int64_t(0));
+      denom = sum(counted * index_select(*weight, 0, safe.reshape({-1})).reshape(safe.shape()));
+    }
+    smooth_reduced = Tensor<T>(sum(smooth) / denom);
+  } else {
+    smooth_reduced = detail::reduce(smooth, reduction);
+  }
+  return Tensor<T>(nll * (1 - label_smoothing) + smooth_reduced * (label_smoothing / double(classes)));
+}
+
+// Cross entropy against class probabilities (target of the input's shape): -sum_c w_c y_c logp_c per
+// sample, with y smoothed to y (1 - eps) + eps / C; the mean is over samples.
+template <Dtype T>
+Tensor<T> cross_entropy(const Tensor<T>& input, const Tensor<T>& target, OptionalTensor<T> weight = std::nullopt,
+                        Reduction reduction = Reduction::Mean, double label_smoothing = 0.0) {
+  detail::check_same_shape("cross_entropy", input.shape(), target.shape());
+  const int class_dim = input.dim() == 1 ? 0 : 1;
+  const int64_t classes = input.size(class_dim);
+  const Tensor<T> logp = log_softmax(input, class_dim);
+  Tensor<T> y = label_smoothing > 0 ? Tensor<T>(target * (1 - label_smoothing) + label_smoothing / double(classes)) : target;
+  if (weight) {
+    Shape line;
+    for (int d = 0; d < input.dim(); ++d) line.push_back(d == class_dim ? classes : 1);
+    y = Tensor<T>(y * weight->reshape(line));
+  }
+  return detail::reduce(Tensor<T>(-sum(logp * y, class_dim)), reduction);
+}
+
+}  // namespace functional
+}  // namespace kiln::nn

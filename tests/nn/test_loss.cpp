@@ -1,0 +1,119 @@
+// Losses against float64 formulas written out per element (torch.nn.functional's definitions), and
+// gradcheck of each.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "kiln/autograd/gradcheck.hpp"
+#include "kiln/nn/loss.hpp"
+#include "kiln/tensor/random.hpp"
+
+using namespace kiln;
+namespace F = kiln::nn::functional;
+using nn::Reduction;
+
+namespace {
+Tensor<double> sample(const Shape& shape, uint64_t seed) {
+  Generator gen(seed);
+  return Tensor<double>(randn<double>(shape, &gen));
+}
+Tensor<int64_t> classes(std::initializer_list<int64_t> v) {
+  Tensor<int64_t> t = empty<int64_t>({int64_t(v.size())});
+  int64_t k = 0;
+  for (int64_t x : v) t.data_ptr()[k++] = x;
+  return t;
+}
+using Inputs = std::vector<Tensor<double>>;
+double log_sum_exp_row(const Tensor<double>& x, int64_t i) {
+  double m = -INFINITY, s = 0;
+  for (int64_t c = 0; c < x.size(1); ++c) m = std::max(m, x[i][c].item());
+  for (int64_t c = 0; c < x.size(1); ++c) s += std::exp(x[i][c].item() - m);
+  return m + std::log(s);
+}
+}  // namespace
+
+TEST_CASE("elementwise losses: values and gradients") {
+  const Tensor<double> x = sample({3, 4}, 1), y = sample({3, 4}, 2);
+  double mse = 0, l1 = 0, sl1 = 0, bce = 0;
+  const Tensor<double> prob = Tensor<double>(sigmoid(y));  // targets in (0, 1) for BCE
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j) {
+      const double a = x[i][j].item(), b = y[i][j].item(), d = std::abs(a - b), p = prob[i][j].item();
+      mse += d * d;
+      l1 += d;
+      sl1 += d < 0.5 ? 0.5 * d * d / 0.5 : d - 0.25;
+      bce += -(p * std::log(1 / (1 + std::exp(-a))) + (1 - p) * std::log(1 - 1 / (1 + std::exp(-a))));
+    }
+  CHECK(F::mse_loss(x, y).item() == doctest::Approx(mse / 12).epsilon(1e-13));
+  CHECK(F::l1_loss(x, y, Reduction::Sum).item() == doctest::Approx(l1).epsilon(1e-13));
+  CHECK(F::smooth_l1_loss(x, y, Reduction::Mean, 0.5).item() == doctest::Approx(sl1 / 12).epsilon(1e-13));
+  CHECK(F::binary_cross_entropy_with_logits(x, prob).item() == doctest::Approx(bce / 12).epsilon(1e-12));
+  CHECK(F::mse_loss(x, y, Reduction::None).shape() == Shape{3, 4});
+  // Stable for large logits (no inf): log(1 + e^-100) ~ 0.
+  const Tensor<double> big = full<double>({2}, 100.0), ones_ = ones<double>({2});
+  CHECK(F::binary_cross_entropy_with_logits(big, ones_).item() == doctest::Approx(0.0));
+  CHECK_THROWS_AS(F::mse_loss(x, sample({4, 3}, 3)), ShapeError);
+  for (const auto& [name, f] : std::vector<std::pair<const char*, std::function<Tensor<double>(const Inputs&)>>>{
+           {"mse", [](const Inputs& in) { return F::mse_loss(in[0], in[1]); }},
+           {"l1", [](const Inputs& in) { return F::l1_loss(in[0], in[1], Reduction::None); }},
+           {"smooth_l1", [](const Inputs& in) { return F::smooth_l1_loss(in[0], in[1], Reduction::Sum, 0.7); }},
+           {"bce", [](const Inputs& in) { return F::binary_cross_entropy_with_logits(in[0], Tensor<double>(sigmoid(in[1]))); }},
+           {"bce pos_weight", [](const Inputs& in) {
+              return F::binary_cross_entropy_with_logits(in[0], Tensor<double>(sigmoid(in[1])), Reduction::Mean,
+                                                         Tensor<double>(full<double>({4}, 2.0)));
+            }}}) {
+    const auto r = autograd::gradcheck(f, {x, y});
+    INFO(name, ": ", r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("cross_entropy and nll_loss: class indices, weights, ignore_index, label smoothing, probabilities") {
+  const Tensor<double> x = sample({4, 5}, 4);
+  const Tensor<int64_t> t = classes({2, 0, 4, 2});
+  // Plain: mean over samples of logsumexp - x[target].
+  double plain = 0;
+  for (int64_t i = 0; i < 4; ++i) plain += log_sum_exp_row(x, i) - x[i][t[i].item()].item();
+  CHECK(F::cross_entropy(x, t).item() == doctest::Approx(plain / 4).epsilon(1e-13));
+  // Weights and an ignored sample: the mean divides by the counted samples' weights.
+  const Tensor<double> w = Tensor<double>(abs(sample({5}, 5)) + 0.5);
+  const Tensor<int64_t> t2 = classes({2, -100, 4, 1});
+  double num = 0, den = 0;
+  for (int64_t i : {0, 2, 3}) {
+    const int64_t c = t2[i].item();
+    num += w[c].item() * (log_sum_exp_row(x, i) - x[i][c].item());
+    den += w[c].item();
+  }
+  CHECK(F::cross_entropy(x, t2, w).item() == doctest::Approx(num / den).epsilon(1e-13));
+  // Label smoothing eps: (1 - eps) nll + eps / C * sum_c -logp_c (no weights).
+  const double eps = 0.1;
+  double smooth = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const double lse = log_sum_exp_row(x, i);
+    double all = 0;
+    for (int64_t c = 0; c < 5; ++c) all += lse - x[i][c].item();
+    smooth += (1 - eps) * (lse - x[i][t[i].item()].item()) + eps / 5 * all;
+  }
+  CHECK(F::cross_entropy(x, t, std::nullopt, -100, Reduction::Mean, eps).item() == doctest::Approx(smooth / 4).epsilon(1e-13));
+  // Probabilities: the same as one-hot indices.
+  Tensor<double> onehot = zeros<double>({4, 5});
+  for (int64_t i = 0; i < 4; ++i) onehot.data_ptr()[i * 5 + t[i].item()] = 1;
+  CHECK(F::cross_entropy(x, onehot).item() == doctest::Approx(plain / 4).epsilon(1e-13));
+  // nll_loss of log_softmax is cross_entropy; errors name the op.
+  CHECK(F::nll_loss(Tensor<double>(log_softmax(x, 1)), t, std::nullopt, -100, Reduction::Sum).item() ==
+        doctest::Approx(plain).epsilon(1e-13));
+  CHECK_THROWS_WITH_AS(F::cross_entropy(x, classes({2, 0, 5, 1})), "nll_loss: target 5 is out of range for 5 classes",
+                       std::out_of_range);
+  CHECK_THROWS_AS(F::cross_entropy(x, classes({1, 2})), ShapeError);
+  // Gradients, including a [N, C, L] input.
+  auto r = autograd::gradcheck([&](const Inputs& in) { return F::cross_entropy(in[0], t2, in[1], -100, Reduction::Mean, 0.2); },
+                               {x, w});
+  INFO(r.message);
+  CHECK(r.ok);
+  const Tensor<double> x3 = sample({2, 3, 4}, 6);
+  Tensor<int64_t> t3 = zeros<int64_t>({2, 4});
+  for (int64_t i = 0; i < 8; ++i) t3.data_ptr()[i] = i % 3;
+  r = autograd::gradcheck([&](const Inputs& in) { return F::cross_entropy(in[0], t3); }, {x3});
+  INFO(r.message);
+  CHECK(r.ok);
+}
