@@ -1,0 +1,125 @@
+#pragma once
+// Layers: Linear (PyTorch's default initialization), Sequential, Flatten and the activation modules,
+// with their functional forms in kiln::nn::functional (F::linear, F::relu, ...).
+#include <cmath>
+
+#include "kiln/nn/module.hpp"
+#include "kiln/tensor/linalg.hpp"
+#include "kiln/tensor/random.hpp"
+
+namespace kiln::nn {
+
+namespace functional {
+// x @ weight^T + bias, x [..., in], weight [out, in], bias [out] (undefined: none).
+inline Tensor<float> linear(const Tensor<float>& x, const Tensor<float>& weight, const Tensor<float>& bias = {}) {
+  const Tensor<float> y = matmul(x, weight.t());
+  return bias.defined() ? Tensor<float>(y + bias) : y;
+}
+inline Tensor<float> relu(const Tensor<float>& x) { return kiln::relu(x); }
+}  // namespace functional
+
+struct LinearOptions {
+  LinearOptions(int64_t in, int64_t out) : in_features(in), out_features(out) {}
+  int64_t in_features, out_features;
+  bool bias_ = true;
+  LinearOptions& bias(bool b) {
+    bias_ = b;
+    return *this;
+  }
+};
+
+// y = x W^T + b; W and b uniform in [-1/sqrt(in), 1/sqrt(in)] (PyTorch's kaiming_uniform_ with a = sqrt(5)).
+class LinearImpl : public Module {
+ public:
+  LinearImpl(int64_t in, int64_t out) : LinearImpl(LinearOptions(in, out)) {}
+  explicit LinearImpl(const LinearOptions& o) : Module("Linear"), options(o) {
+    check<std::invalid_argument>(o.in_features > 0 && o.out_features > 0, "Linear: features must be positive, got ",
+                                 o.in_features, " and ", o.out_features);
+    const double bound = 1 / std::sqrt(double(o.in_features));
+    weight = register_parameter("weight", uniform_(empty<float>({o.out_features, o.in_features}), -bound, bound));
+    if (o.bias_) bias = register_parameter("bias", uniform_(empty<float>({o.out_features}), -bound, bound));
+  }
+  Tensor<float> forward(const Tensor<float>& x) override {
+    check<ShapeError>(x.dim() >= 1 && x.size(-1) == options.in_features, "Linear: input of shape ", x.shape(),
+                      " does not end in in_features = ", options.in_features);
+    return functional::linear(x, weight, bias);
+  }
+  void pretty_print(std::ostream& out) const override {
+    out << "Linear(in_features=" << options.in_features << ", out_features=" << options.out_features
+        << ", bias=" << (options.bias_ ? "true" : "false") << ')';
+  }
+  LinearOptions options;
+  Tensor<float> weight, bias;
+};
+KILN_MODULE(Linear);
+
+// An elementwise activation as a module.
+template <class F>
+class ActivationImpl : public Module {
+ public:
+  explicit ActivationImpl(const char* name) : Module(name) {}
+  Tensor<float> forward(const Tensor<float>& x) override { return F{}(x); }
+  void pretty_print(std::ostream& out) const override { out << name() << "()"; }
+};
+namespace detail {
+struct ReluFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::relu(x); } };
+struct TanhFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::tanh(x); } };
+struct SigmoidFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::sigmoid(x); } };
+struct GeluFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::gelu(x); } };
+struct SiluFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::silu(x); } };
+}  // namespace detail
+#define KILN_ACTIVATION(Name, Fn)                                       \
+  class Name##Impl : public ActivationImpl<detail::Fn> {                \
+   public:                                                              \
+    Name##Impl() : ActivationImpl<detail::Fn>(#Name) {}                 \
+  };                                                                    \
+  KILN_MODULE(Name)
+KILN_ACTIVATION(ReLU, ReluFn);
+KILN_ACTIVATION(Tanh, TanhFn);
+KILN_ACTIVATION(Sigmoid, SigmoidFn);
+KILN_ACTIVATION(GELU, GeluFn);
+KILN_ACTIVATION(SiLU, SiluFn);
+#undef KILN_ACTIVATION
+
+// Flattens dims start_dim..end_dim (default: all but the batch dim).
+class FlattenImpl : public Module {
+ public:
+  explicit FlattenImpl(int64_t start_dim = 1, int64_t end_dim = -1) : Module("Flatten"), start_(start_dim), end_(end_dim) {}
+  Tensor<float> forward(const Tensor<float>& x) override { return x.flatten(start_, end_); }
+  void pretty_print(std::ostream& out) const override { out << "Flatten(start_dim=" << start_ << ", end_dim=" << end_ << ')'; }
+
+ private:
+  int64_t start_, end_;
+};
+KILN_MODULE(Flatten);
+
+// Modules applied one after another; children are named "0", "1", ...
+class SequentialImpl : public Module {
+ public:
+  SequentialImpl() : Module("Sequential") {}
+  template <class... M>
+  explicit SequentialImpl(M&&... modules) : Module("Sequential") {
+    (push_back(std::forward<M>(modules)), ...);
+  }
+  template <class Holder>
+  void push_back(const Holder& module) {
+    if constexpr (requires { module.ptr(); }) push_back(std::static_pointer_cast<Module>(module.ptr()));
+    else push_back(std::static_pointer_cast<Module>(module));
+  }
+  void push_back(std::shared_ptr<Module> module) {
+    modules_.push_back(register_module(std::to_string(modules_.size()), std::move(module)));
+  }
+  Tensor<float> forward(const Tensor<float>& x) override {
+    Tensor<float> h = x;
+    for (const auto& m : modules_) h = m->forward(h);
+    return h;
+  }
+  size_t size() const { return modules_.size(); }
+  const std::shared_ptr<Module>& operator[](size_t i) const { return modules_.at(i); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+KILN_MODULE(Sequential);
+
+}  // namespace kiln::nn

@@ -1,0 +1,164 @@
+#pragma once
+// kiln::nn::Module, as libtorch's torch::nn::Module: named parameters and buffers, submodules,
+// train()/eval(), parameters(), named_parameters() ("0.weight" for nested names), zero_grad(),
+// state_dict()/load_state_dict(), printing. Modules hold float tensors. A module with one input and one
+// output overrides forward(x), which is what Sequential chains; ModuleHolder (KILN_MODULE) gives
+// libtorch's handle style: `nn::Linear fc(784, 10); auto y = fc(x); fc->weight`.
+#include <map>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+class Module {
+ public:
+  explicit Module(std::string name = "Module") : name_(std::move(name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The forward of a one-input module (Sequential chains these).
+  virtual Tensor<float> forward(const Tensor<float>&) {
+    throw std::logic_error(name_ + " has no one-input forward");
+  }
+
+  std::vector<Tensor<float>> parameters(bool recurse = true) const {
+    std::vector<Tensor<float>> out;
+    for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+    return out;
+  }
+  std::vector<std::pair<std::string, Tensor<float>>> named_parameters(bool recurse = true) const {
+    std::vector<std::pair<std::string, Tensor<float>>> out;
+    collect(out, "", recurse, &Module::parameters_);
+    return out;
+  }
+  std::vector<std::pair<std::string, Tensor<float>>> named_buffers(bool recurse = true) const {
+    std::vector<std::pair<std::string, Tensor<float>>> out;
+    collect(out, "", recurse, &Module::buffers_);
+    return out;
+  }
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
+
+  void train(bool on = true) {
+    training_ = on;
+    for (auto& [name, child] : children_) child->train(on);
+  }
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  void zero_grad(bool set_to_none = true) {
+    for (Tensor<float>& p : parameters()) p.zero_grad(set_to_none);
+  }
+
+  // Parameters and buffers by their dotted names (copies share storage with the module).
+  std::map<std::string, Tensor<float>> state_dict() const {
+    std::map<std::string, Tensor<float>> out;
+    for (auto& [name, t] : named_parameters()) out.emplace(name, t);
+    for (auto& [name, t] : named_buffers()) out.emplace(name, t);
+    return out;
+  }
+  // Copies the values in; strict: every entry must match a parameter or buffer and cover them all.
+  void load_state_dict(const std::map<std::string, Tensor<float>>& state, bool strict = true) {
+    NoGradGuard no_grad;
+    size_t used = 0;
+    for (auto& [name, t] : state_dict()) {
+      auto it = state.find(name);
+      if (it == state.end()) {
+        check<std::invalid_argument>(!strict, "load_state_dict: missing key \"", name, "\"");
+        continue;
+      }
+      check<ShapeError>(it->second.shape() == t.shape(), "load_state_dict: \"", name, "\" has shape ",
+                        it->second.shape(), ", the module's ", t.shape());
+      Tensor<float> target = t;
+      target.copy_(it->second);
+      ++used;
+    }
+    check<std::invalid_argument>(!strict || used == state.size(), "load_state_dict: ", state.size() - used,
+                                 " unexpected key(s)");
+  }
+
+  const std::string& name() const { return name_; }
+  // One line for this module (e.g. "Linear(in_features=4, out_features=2, bias=true)").
+  virtual void pretty_print(std::ostream& out) const { out << name_; }
+  void print(std::ostream& out, int indent = 0) const {
+    pretty_print(out);
+    if (children_.empty()) return;
+    out << "(\n";
+    for (auto& [name, child] : children_) {
+      out << std::string(size_t(indent + 2), ' ') << '(' << name << "): ";
+      child->print(out, indent + 2);
+      out << '\n';
+    }
+    out << std::string(size_t(indent), ' ') << ')';
+  }
+
+ protected:
+  Tensor<float>& register_parameter(std::string name, Tensor<float> t, bool requires_grad = true) {
+    if (requires_grad) t.requires_grad_();
+    parameters_.emplace_back(std::move(name), std::move(t));
+    return parameters_.back().second;
+  }
+  Tensor<float>& register_buffer(std::string name, Tensor<float> t) {
+    buffers_.emplace_back(std::move(name), std::move(t));
+    return buffers_.back().second;
+  }
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    children_.emplace_back(std::move(name), module);
+    return module;
+  }
+
+ private:
+  using Named = std::vector<std::pair<std::string, Tensor<float>>>;
+  void collect(Named& out, const std::string& prefix, bool recurse, Named Module::*which) const {
+    for (auto& [name, t] : this->*which) out.emplace_back(prefix + name, t);
+    if (!recurse) return;
+    for (auto& [name, child] : children_) child->collect(out, prefix + name + ".", true, which);
+  }
+
+  std::string name_;
+  bool training_ = true;
+  Named parameters_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const Module& m) {
+  m.print(out);
+  return out;
+}
+
+// A shared handle to a module implementation, as libtorch's ModuleHolder: `holder->member`,
+// `holder(x)` for forward, `holder.ptr()` for the shared_ptr.
+template <class Impl>
+class ModuleHolder {
+ public:
+  template <class... Args>
+    requires(!(sizeof...(Args) == 1 && (std::is_base_of_v<ModuleHolder, std::remove_cvref_t<Args>> && ...)))
+  explicit ModuleHolder(Args&&... args) : impl_(std::make_shared<Impl>(std::forward<Args>(args)...)) {}
+  explicit ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  Impl* operator->() const { return impl_.get(); }
+  Impl& operator*() const { return *impl_; }
+  const std::shared_ptr<Impl>& ptr() const { return impl_; }
+  template <class... Args>
+  auto operator()(Args&&... args) const {
+    return impl_->forward(std::forward<Args>(args)...);
+  }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// KILN_MODULE(Linear) declares nn::Linear as the holder of nn::LinearImpl.
+#define KILN_MODULE(Name)                         \
+  class Name : public ModuleHolder<Name##Impl> {  \
+   public:                                        \
+    using ModuleHolder<Name##Impl>::ModuleHolder; \
+  }
+
+}  // namespace kiln::nn

@@ -1,0 +1,103 @@
+// nn::Module, Linear, Sequential, activations: parameters and names, train/eval, zero_grad,
+// state_dict round trip, printing, Linear against its formula, and a small end-to-end training run.
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "kiln/kiln.hpp"
+#include "kiln/nn.hpp"
+#include "kiln/optim.hpp"
+
+using namespace kiln;
+namespace F = kiln::nn::functional;
+
+TEST_CASE("Linear: PyTorch's initialization bounds, forward as x W^T + b, gradients") {
+  manual_seed(3);
+  nn::Linear fc(16, 4);
+  const double bound = 1 / std::sqrt(16.0);
+  CHECK(fc->weight.shape() == Shape{4, 16});
+  CHECK(fc->bias.shape() == Shape{4});
+  CHECK(double(amax(abs(fc->weight)).item()) <= bound);
+  CHECK(double(amax(abs(fc->weight)).item()) > 0.8 * bound);  // uniform over the whole range
+  CHECK(fc->weight.requires_grad());
+  const Tensor<float> x = randn<float>({3, 16});
+  const Tensor<float> y = fc(x);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t o = 0; o < 4; ++o) {
+      double ref = fc->bias[o].item();
+      for (int64_t k = 0; k < 16; ++k) ref += double(x[i][k].item()) * fc->weight[o][k].item();
+      CHECK(y[i][o].item() == doctest::Approx(ref).epsilon(1e-5));
+    }
+  sum(y).backward();
+  for (int64_t k = 0; k < 16; ++k)
+    CHECK(fc->weight.grad()[1][k].item() == doctest::Approx(x[0][k].item() + x[1][k].item() + x[2][k].item()).epsilon(1e-5));
+  CHECK(fc->bias.grad()[2].item() == doctest::Approx(3.0));
+  CHECK_THROWS_WITH_AS(fc(randn<float>({3, 5})), "Linear: input of shape [3, 5] does not end in in_features = 16", ShapeError);
+  nn::Linear no_bias(nn::LinearOptions(4, 2).bias(false));
+  CHECK(no_bias->parameters().size() == 1);
+}
+
+TEST_CASE("Sequential: named parameters, printing, train/eval, zero_grad, state_dict round trip") {
+  nn::Sequential net(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 3));
+  std::vector<std::string> names;
+  for (auto& [name, t] : net->named_parameters()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  CHECK(net->parameters().size() == 4);
+  std::ostringstream printed;
+  printed << *net;
+  CHECK(printed.str() ==
+        "Sequential(\n  (0): Linear(in_features=4, out_features=8, bias=true)\n  (1): ReLU()\n"
+        "  (2): Linear(in_features=8, out_features=3, bias=true)\n)");
+  net->eval();
+  CHECK_FALSE(net->is_training());
+  CHECK_FALSE((*net)[1]->is_training());
+  net->train();
+  CHECK((*net)[2]->is_training());
+  sum(net(randn<float>({2, 4}))).backward();
+  CHECK(net->parameters()[0].grad().defined());
+  net->zero_grad();
+  CHECK_FALSE(net->parameters()[0].grad().defined());
+
+  // A second network takes the first's values.
+  nn::Sequential other(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 3));
+  std::map<std::string, Tensor<float>> state;
+  for (auto& [name, t] : net->state_dict()) state.emplace(name, t.clone());
+  other->load_state_dict(state);
+  const Tensor<float> x = randn<float>({5, 4});
+  CHECK(max(abs(net(x) - other(x))).item() == 0.0f);
+  state.erase("2.bias");
+  CHECK_THROWS_WITH_AS(other->load_state_dict(state), "load_state_dict: missing key \"2.bias\"", std::invalid_argument);
+  state["2.bias"] = zeros<float>({4});
+  CHECK_THROWS_AS(other->load_state_dict(state), ShapeError);
+}
+
+TEST_CASE("end to end: an MLP learns two interleaved spirals with Adam and cross_entropy") {
+  manual_seed(7);
+  const int64_t n = 400;
+  Tensor<float> x = empty<float>({n, 2});
+  Tensor<int64_t> labels = empty<int64_t>({n});
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t cls = i % 2;
+    const double r = double(i / 2) / double(n / 2) * 4 + 0.3, a = r * 1.6 + cls * 3.14159265;
+    x.data_ptr()[2 * i] = float(r * std::cos(a) / 4);
+    x.data_ptr()[2 * i + 1] = float(r * std::sin(a) / 4);
+    labels.data_ptr()[i] = cls;
+  }
+  nn::Sequential net(nn::Linear(2, 64), nn::Tanh(), nn::Linear(64, 64), nn::Tanh(), nn::Linear(64, 2));
+  optim::Adam opt(net->parameters(), optim::AdamOptions(1e-2));
+  double first = 0, last = 0;
+  for (int step = 0; step < 600; ++step) {
+    opt.zero_grad();
+    const Tensor<float> loss = F::cross_entropy(net(x), labels);
+    loss.backward();
+    opt.step();
+    if (step == 0) first = loss.item();
+    last = loss.item();
+  }
+  const Tensor<int64_t> predicted = argmax(net(x), 1);
+  const double accuracy = double(sum(predicted == labels).item()) / double(n);
+  MESSAGE("spirals: loss ", first, " -> ", last, ", accuracy ", accuracy);
+  CHECK(first > 0.6);
+  CHECK(last < 0.1);
+  CHECK(accuracy > 0.97);
+}
