@@ -11,12 +11,11 @@ fastest of two tries, so one burst of load does not fail the check.
 """
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_time import compile_once, read_limit  # noqa: E402
+from compile_time import compile_once, dependency_flags, read_limit  # noqa: E402
 
 
 def main():
@@ -26,8 +25,7 @@ def main():
     doc, tu, depths, compiler = args[0], args[1], [int(d) for d in args[2].split(",")], args[4:]
     name = os.path.basename(tu)
     limit = read_limit(doc, name)
-    dep_flags = shlex.split(subprocess.run(["pkg-config", "--cflags", "libhwy", "eigen3"], check=True,
-                                           stdout=subprocess.PIPE, text=True).stdout)
+    dep_flags = dependency_flags()
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         for d in depths:

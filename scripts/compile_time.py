@@ -35,6 +35,12 @@ def read_limit(doc, tu_name):
     raise SystemExit(f"FAIL {tu_name}: no limit for it in the Compile-time budget table of {doc}")
 
 
+def dependency_flags():
+    """pkg-config's cflags for libhwy and eigen3, appended to every compile command."""
+    return shlex.split(subprocess.run(["pkg-config", "--cflags", "libhwy", "eigen3"], check=True,
+                                      stdout=subprocess.PIPE, text=True).stdout)
+
+
 def compile_once(cmd):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -52,10 +58,8 @@ def main():
     doc, tu, compiler = args[0], args[1], args[3:]
     name = os.path.basename(tu)
     limit = read_limit(doc, name)
-    dep_flags = shlex.split(subprocess.run(["pkg-config", "--cflags", "libhwy", "eigen3"], check=True,
-                                           stdout=subprocess.PIPE, text=True).stdout)
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = compiler + dep_flags + ["-O2", "-c", tu, "-o", os.path.join(tmp, "tu.o")]
+        cmd = compiler + dependency_flags() + ["-O2", "-c", tu, "-o", os.path.join(tmp, "tu.o")]
         best = None
         for attempt in range(3):
             proc, cpu, wall, rss = compile_once(cmd)

@@ -2,35 +2,18 @@
 // chain40.cpp), materialized with a leaf that requires grad, then backpropagated: the forward
 // kernel and the fused backward derived from it (docs/performance.md). Built at depths 10, 20 and
 // 40 by scripts/compile_growth.py, which checks that the time grows linearly with the depth.
-#include <kiln/kiln.hpp>
-
 #include <cstdio>
+
+#include "chain.hpp"
 
 #ifndef KILN_CHAIN_DEPTH
 #define KILN_CHAIN_DEPTH 40
 #endif
 
-namespace {
-template <int N>
-auto chain(const auto& e, const kiln::Tensor<float>& x) {
-  if constexpr (N == 0) {
-    return e;
-  } else if constexpr (N % 4 == 0) {
-    return chain<N - 1>(kiln::sin(e), x);
-  } else if constexpr (N % 4 == 1) {
-    return chain<N - 1>(e * 0.75f, x);
-  } else if constexpr (N % 4 == 2) {
-    return chain<N - 1>(e + x, x);
-  } else {
-    return chain<N - 1>(kiln::tanh(e), x);
-  }
-}
-}  // namespace
-
 int main() {
   kiln::Tensor<float> x = kiln::linspace(-1, 1, 10000);
   x.requires_grad_();
-  kiln::Tensor<float> out = chain<KILN_CHAIN_DEPTH>(x * 1.0f, x);
+  kiln::Tensor<float> out = kiln_budget::chain<KILN_CHAIN_DEPTH>(x * 1.0f, x);
   kiln::sum(out).backward();
   std::printf("%g %g %s\n", double(out[17].item()), double(x.grad()[17].item()), kiln::simd_target());
   return 0;
