@@ -101,3 +101,35 @@ TEST_CASE("end to end: an MLP learns two interleaved spirals with Adam and cross
   CHECK(last < 0.1);
   CHECK(accuracy > 0.97);
 }
+
+TEST_CASE("Dropout: zeroes about p of the elements and rescales the rest in training, identity in eval") {
+  manual_seed(11);
+  nn::Dropout drop(0.25);
+  const Tensor<float> x = ones<float>({100000});
+  const Tensor<float> y = drop(x);
+  const double zeros_ = double(sum(y == 0.0f).item()) / 100000;
+  CHECK(zeros_ == doctest::Approx(0.25).epsilon(0.03));
+  CHECK(double(amax(y).item()) == doctest::Approx(1 / 0.75));
+  CHECK(double(mean(y).item()) == doctest::Approx(1.0).epsilon(0.01));
+  drop->eval();
+  CHECK(amax(abs(drop(x) - x)).item() == 0.0f);
+  // The gradient flows through the kept elements only, with the same scale.
+  drop->train();
+  Tensor<float> w = ones<float>({1000}).requires_grad_();
+  const Tensor<float> out = drop(w);
+  sum(out).backward();
+  CHECK(amax(abs(w.grad() - out)).item() == 0.0f);  // d out / d w = mask / (1 - p) = out / w
+}
+
+TEST_CASE("Embedding: rows by index, any index shape, gradients accumulate for repeated indices") {
+  nn::Embedding emb(10, 3);
+  Tensor<int64_t> idx = empty<int64_t>({2, 2});
+  int64_t values[] = {4, 1, 4, 9};
+  for (int k = 0; k < 4; ++k) idx.data_ptr()[k] = values[k];
+  const Tensor<float> e = emb(idx);
+  CHECK(e.shape() == Shape{2, 2, 3});
+  CHECK(e[1][1][2].item() == emb->weight[9][2].item());
+  sum(e).backward();
+  CHECK(emb->weight.grad()[4][0].item() == 2.0f);
+  CHECK(emb->weight.grad()[0][0].item() == 0.0f);
+}

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kiln/nn/module.hpp"
+#include "kiln/tensor/gather.hpp"
 #include "kiln/tensor/linalg.hpp"
 #include "kiln/tensor/random.hpp"
 
@@ -16,6 +17,24 @@ inline Tensor<float> linear(const Tensor<float>& x, const Tensor<float>& weight,
   return bias.defined() ? Tensor<float>(y + bias) : y;
 }
 inline Tensor<float> relu(const Tensor<float>& x) { return kiln::relu(x); }
+
+// Zeroes each element with probability p and scales the rest by 1 / (1 - p) in training; the identity
+// otherwise (as torch.nn.functional.dropout).
+inline Tensor<float> dropout(const Tensor<float>& x, double p = 0.5, bool training = true) {
+  check<std::invalid_argument>(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0) return x;
+  if (p == 1) return Tensor<float>(x * 0.0f);
+  const Tensor<float> keep = bernoulli_(empty<float>(x.shape()), 1 - p);
+  return Tensor<float>(x * keep * float(1 / (1 - p)));
+}
+
+// Rows of weight [num_embeddings, dim] at the given indices: the result has the indices' shape plus dim.
+inline Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<float>& weight) {
+  check<ShapeError>(weight.dim() == 2, "embedding: weight must be 2-d, got shape ", weight.shape());
+  Shape out = indices.shape();
+  out.push_back(weight.size(1));
+  return index_select(weight, 0, indices.reshape({-1})).reshape(out);
+}
 }  // namespace functional
 
 struct LinearOptions {
@@ -92,6 +111,35 @@ class FlattenImpl : public Module {
   int64_t start_, end_;
 };
 KILN_MODULE(Flatten);
+
+class DropoutImpl : public Module {
+ public:
+  explicit DropoutImpl(double p = 0.5) : Module("Dropout"), p_(p) {
+    check<std::invalid_argument>(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got ", p);
+  }
+  Tensor<float> forward(const Tensor<float>& x) override { return functional::dropout(x, p_, is_training()); }
+  void pretty_print(std::ostream& out) const override { out << "Dropout(p=" << p_ << ')'; }
+
+ private:
+  double p_;
+};
+KILN_MODULE(Dropout);
+
+// A lookup table of num_embeddings vectors of size dim, initialized from N(0, 1) as PyTorch's.
+class EmbeddingImpl : public Module {
+ public:
+  EmbeddingImpl(int64_t num_embeddings, int64_t dim) : Module("Embedding") {
+    check<std::invalid_argument>(num_embeddings > 0 && dim > 0, "Embedding: sizes must be positive, got ",
+                                 num_embeddings, " and ", dim);
+    weight = register_parameter("weight", normal_(empty<float>({num_embeddings, dim})));
+  }
+  Tensor<float> forward(const Tensor<int64_t>& indices) { return functional::embedding(indices, weight); }
+  void pretty_print(std::ostream& out) const override {
+    out << "Embedding(" << weight.size(0) << ", " << weight.size(1) << ')';
+  }
+  Tensor<float> weight;
+};
+KILN_MODULE(Embedding);
 
 // Modules applied one after another; children are named "0", "1", ...
 class SequentialImpl : public Module {
