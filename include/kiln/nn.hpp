@@ -3,3 +3,4 @@
 #include "kiln/nn/layers.hpp"
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/module.hpp"
+#include "kiln/nn/normalization.hpp"

@@ -1,0 +1,177 @@
+#pragma once
+// Normalization: layer_norm, group_norm, batch_norm (functional, any floating dtype) and the LayerNorm,
+// GroupNorm, BatchNorm1d / BatchNorm2d modules, as torch.nn's. Composed from kiln's differentiable
+// reductions and fused expressions, so the backward comes with them.
+#include <optional>
+
+#include "kiln/nn/module.hpp"
+#include "kiln/tensor/factory.hpp"
+#include "kiln/tensor/reduce.hpp"
+
+namespace kiln::nn {
+
+namespace functional {
+
+namespace detail {
+// Shape [1, C, 1, ...] for a per-channel parameter of an input of rank `rank`.
+inline Shape channel_shape(int64_t channels, int rank) {
+  Shape s;
+  for (int d = 0; d < rank; ++d) s.push_back(d == 1 ? channels : 1);
+  return s;
+}
+template <Dtype T>
+Tensor<T> affine(const Tensor<T>& y, const Tensor<T>& weight, const Tensor<T>& bias, const Shape& shape) {
+  Tensor<T> out = y;
+  if (weight.defined()) out = Tensor<T>(out * weight.reshape(shape));
+  if (bias.defined()) out = Tensor<T>(out + bias.reshape(shape));
+  return out;
+}
+}  // namespace detail
+
+// Normalizes over the last dims of normalized_shape: (x - mean) / sqrt(var + eps) * weight + bias.
+template <Dtype T>
+Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Tensor<T>& weight = {},
+                     const Tensor<T>& bias = {}, double eps = 1e-5) {
+  const int k = normalized_shape.size(), rank = x.dim();
+  check<ShapeError>(k >= 1 && k <= rank, "layer_norm: normalized_shape ", normalized_shape, " for input of shape ",
+                    x.shape());
+  Dims dims;
+  for (int d = rank - k; d < rank; ++d) {
+    check<ShapeError>(x.size(d) == normalized_shape[d - (rank - k)], "layer_norm: input of shape ", x.shape(),
+                      " does not end in normalized_shape ", normalized_shape);
+    dims.push_back(d);
+  }
+  const Tensor<T> mu = mean(x, dims, true);
+  const Tensor<T> var_ = var(x, dims, 0.0, true);
+  const Tensor<T> y(Tensor<T>((x - mu) / sqrt(var_ + eps)));
+  return detail::affine(y, weight, bias, normalized_shape);
+}
+
+// Normalizes groups of channels of x [N, C, ...] (C divisible by num_groups), then a per-channel affine.
+template <Dtype T>
+Tensor<T> group_norm(const Tensor<T>& x, int64_t num_groups, const Tensor<T>& weight = {}, const Tensor<T>& bias = {},
+                     double eps = 1e-5) {
+  check<ShapeError>(x.dim() >= 2 && num_groups > 0 && x.size(1) % num_groups == 0, "group_norm: ", x.size(1),
+                    " channels of input ", x.shape(), " cannot form ", num_groups, " groups");
+  const int64_t n = x.size(0);
+  const Tensor<T> g = x.reshape({n, num_groups, -1});
+  const Tensor<T> mu = mean(g, {2}, true);
+  const Tensor<T> var_ = var(g, {2}, 0.0, true);
+  const Tensor<T> y = Tensor<T>((g - mu) / sqrt(var_ + eps)).reshape(x.shape());
+  return detail::affine(y, weight, bias, detail::channel_shape(x.size(1), x.dim()));
+}
+
+// Batch normalization of x [N, C, ...] over all dims but 1. Training: batch statistics (biased variance
+// to normalize), and the running statistics, when given, move by momentum (unbiased variance, as
+// PyTorch); otherwise the running statistics normalize.
+template <Dtype T>
+Tensor<T> batch_norm(const Tensor<T>& x, Tensor<T> running_mean, Tensor<T> running_var, const Tensor<T>& weight = {},
+                     const Tensor<T>& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5) {
+  check<ShapeError>(x.dim() >= 2, "batch_norm: input must have a channel dim 1, got shape ", x.shape());
+  const int64_t c = x.size(1);
+  const Shape cs = detail::channel_shape(c, x.dim());
+  Dims dims;
+  for (int d = 0; d < x.dim(); ++d)
+    if (d != 1) dims.push_back(d);
+  if (training) {
+    const int64_t count = x.numel() / c;
+    check<std::invalid_argument>(count > 1, "batch_norm: expected more than 1 value per channel in training, got input ",
+                                 x.shape());
+    const Tensor<T> mu = mean(x, dims, true);
+    const Tensor<T> var_ = var(x, dims, 0.0, true);
+    if (running_mean.defined() && running_var.defined()) {
+      NoGradGuard no_grad;
+      running_mean.copy_(running_mean * (1 - momentum) + mu.detach().reshape({c}) * momentum);
+      running_var.copy_(running_var * (1 - momentum) + var_.detach().reshape({c}) * (momentum * double(count) / double(count - 1)));
+    }
+    return detail::affine(Tensor<T>((x - mu) / sqrt(var_ + eps)), weight, bias, cs);
+  }
+  check<std::invalid_argument>(running_mean.defined() && running_var.defined(),
+                               "batch_norm: evaluation needs running_mean and running_var");
+  return detail::affine(Tensor<T>((x - running_mean.reshape(cs)) / sqrt(running_var.reshape(cs) + eps)), weight, bias, cs);
+}
+
+}  // namespace functional
+
+class LayerNormImpl : public Module {
+ public:
+  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5)
+      : Module("LayerNorm"), shape_(std::move(normalized_shape)), eps_(eps) {
+    weight = register_parameter("weight", ones<float>(shape_));
+    bias = register_parameter("bias", zeros<float>(shape_));
+  }
+  Tensor<float> forward(const Tensor<float>& x) override { return functional::layer_norm(x, shape_, weight, bias, eps_); }
+  void pretty_print(std::ostream& out) const override { out << "LayerNorm(" << shape_ << ", eps=" << eps_ << ')'; }
+  Tensor<float> weight, bias;
+
+ private:
+  Shape shape_;
+  double eps_;
+};
+KILN_MODULE(LayerNorm);
+
+class GroupNormImpl : public Module {
+ public:
+  GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps = 1e-5)
+      : Module("GroupNorm"), groups_(num_groups), eps_(eps) {
+    weight = register_parameter("weight", ones<float>({num_channels}));
+    bias = register_parameter("bias", zeros<float>({num_channels}));
+  }
+  Tensor<float> forward(const Tensor<float>& x) override { return functional::group_norm(x, groups_, weight, bias, eps_); }
+  void pretty_print(std::ostream& out) const override {
+    out << "GroupNorm(" << groups_ << ", " << weight.size(0) << ", eps=" << eps_ << ')';
+  }
+  Tensor<float> weight, bias;
+
+ private:
+  int64_t groups_;
+  double eps_;
+};
+KILN_MODULE(GroupNorm);
+
+// BatchNorm1d ([N, C] or [N, C, L]) and BatchNorm2d ([N, C, H, W]): running statistics as buffers
+// (running_mean, running_var, num_batches_tracked), batch statistics in train(), running ones in eval().
+class BatchNormImpl : public Module {
+ public:
+  BatchNormImpl(const char* name, int input_rank_lo, int input_rank_hi, int64_t num_features, double eps,
+                double momentum)
+      : Module(name), lo_(input_rank_lo), hi_(input_rank_hi), eps_(eps), momentum_(momentum) {
+    weight = register_parameter("weight", ones<float>({num_features}));
+    bias = register_parameter("bias", zeros<float>({num_features}));
+    running_mean = register_buffer("running_mean", zeros<float>({num_features}));
+    running_var = register_buffer("running_var", ones<float>({num_features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros<float>({}));
+  }
+  Tensor<float> forward(const Tensor<float>& x) override {
+    check<ShapeError>(x.dim() >= lo_ && x.dim() <= hi_, name(), ": input of shape ", x.shape(), " has ", x.dim(),
+                      " dims, expected ", lo_, lo_ == hi_ ? "" : " or more");
+    if (is_training()) {
+      NoGradGuard no_grad;
+      num_batches_tracked += 1.0f;
+    }
+    return functional::batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_);
+  }
+  void pretty_print(std::ostream& out) const override {
+    out << name() << '(' << weight.size(0) << ", eps=" << eps_ << ", momentum=" << momentum_ << ')';
+  }
+  Tensor<float> weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  int lo_, hi_;
+  double eps_, momentum_;
+};
+
+class BatchNorm1dImpl : public BatchNormImpl {
+ public:
+  explicit BatchNorm1dImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1)
+      : BatchNormImpl("BatchNorm1d", 2, 3, num_features, eps, momentum) {}
+};
+KILN_MODULE(BatchNorm1d);
+class BatchNorm2dImpl : public BatchNormImpl {
+ public:
+  explicit BatchNorm2dImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1)
+      : BatchNormImpl("BatchNorm2d", 4, 4, num_features, eps, momentum) {}
+};
+KILN_MODULE(BatchNorm2d);
+
+}  // namespace kiln::nn
