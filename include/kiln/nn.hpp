@@ -1,5 +1,6 @@
 #pragma once
 // kiln::nn: modules, layers and losses (opt-in, not behind <kiln/kiln.hpp>: it brings Eigen's GEMM).
+#include "kiln/nn/conv.hpp"
 #include "kiln/nn/layers.hpp"
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/module.hpp"

@@ -1,0 +1,181 @@
+#pragma once
+// 2-d convolution as torch.nn.functional.conv2d (stride, padding, dilation, groups, bias) and the Conv2d
+// module (PyTorch's default initialization). The convolution is im2col (a threaded gather of each
+// output position's receptive field into columns) followed by kiln's batched GEMM; im2col's backward is
+// col2im (the scatter-add of the columns' gradient), and the GEMM and the bias record their own
+// backward, so input, weight and bias all get gradients.
+#include <array>
+#include <cmath>
+
+#include "kiln/cpu/parallel.hpp"
+#include "kiln/nn/module.hpp"
+#include "kiln/tensor/linalg.hpp"
+#include "kiln/tensor/random.hpp"
+
+namespace kiln::nn {
+
+struct Conv2dGeometry {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) const { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+};
+
+namespace functional {
+namespace detail {
+
+// cols[n][(c * kh + i) * kw + j][oh * wo + ow] = x[n][c][oh * sh - ph + i * dh][ow * sw - pw + j * dw] (0 outside),
+// for contiguous x [N, C, H, W]; `scatter` runs the adjoint: x += the columns at those places.
+template <bool kScatter, class T>
+void im2col_loop(T* x, T* cols, int64_t n, int64_t c, int64_t h, int64_t w, int64_t ho, int64_t wo,
+                 const Conv2dGeometry& g) {
+  const int64_t k = g.kh * g.kw, p = ho * wo;
+  // Each (sample, channel) pair owns its rows of cols and its plane of x: no two threads share memory.
+  cpu::parallel_for(n * c, k * p, 1, [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      T* plane = x + nc * h * w;
+      T* rows = cols + nc * k * p;  // (n * C + c) * k rows of p
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          T* row = rows + (i * g.kw + j) * p;
+          for (int64_t oh = 0; oh < ho; ++oh) {
+            const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+            T* out = row + oh * wo;
+            if (ih < 0 || ih >= h) {
+              if constexpr (!kScatter)
+                for (int64_t ow = 0; ow < wo; ++ow) out[ow] = T(0);
+              continue;
+            }
+            const T* in_row = plane + ih * w;
+            for (int64_t ow = 0; ow < wo; ++ow) {
+              const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+              const bool inside = iw >= 0 && iw < w;
+              if constexpr (kScatter) {
+                if (inside) plane[ih * w + iw] += out[ow];
+              } else {
+                out[ow] = inside ? in_row[iw] : T(0);
+              }
+            }
+          }
+        }
+    }
+  });
+}
+
+}  // namespace detail
+}  // namespace functional
+
+namespace autograd_nodes {
+// im2col's backward: col2im.
+template <Dtype T>
+struct Im2ColBackward : autograd::Node {
+  Im2ColBackward(const autograd::ImplPtr& x, Conv2dGeometry g, int64_t ho, int64_t wo)
+      : shape_(x->shape), g_(g), ho_(ho), wo_(wo) {
+    next_edges.push_back(autograd::gradient_edge(x));
+  }
+  std::string name() const override { return "Im2ColBackward"; }
+  autograd::GradList apply(autograd::GradList&& grads) override {
+    if (!grads.at(0)) return {nullptr};
+    const Tensor<T> gc = Tensor<T>(grads[0]).contiguous();
+    Tensor<T> gx = zeros<T>(shape_);
+    functional::detail::im2col_loop<true>(gx.data_ptr(), const_cast<T*>(gc.data_ptr()), shape_[0], shape_[1], shape_[2],
+                                          shape_[3], ho_, wo_, g_);
+    return {gx.impl_ptr()};
+  }
+
+ private:
+  Shape shape_;
+  Conv2dGeometry g_;
+  int64_t ho_, wo_;
+};
+}  // namespace autograd_nodes
+
+namespace functional {
+
+// The columns of x [N, C, H, W]: [N, C * kh * kw, Hout * Wout].
+template <Dtype T>
+Tensor<T> im2col(const Tensor<T>& x, const Conv2dGeometry& g) {
+  check<ShapeError>(x.dim() == 4, "im2col: expected a 4-d input [N, C, H, W], got ", x.shape());
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t ho = g.out_size(h, g.kh, g.sh, g.ph, g.dh), wo = g.out_size(w, g.kw, g.sw, g.pw, g.dw);
+  check<ShapeError>(ho > 0 && wo > 0, "conv2d: input of shape ", x.shape(), " is smaller than the kernel (",
+                    g.kh, "x", g.kw, ", dilation ", g.dh, "x", g.dw, ", padding ", g.ph, "x", g.pw, ")");
+  const Tensor<T> xc = x.contiguous();
+  Tensor<T> cols(TensorImpl::allocate({n, c * g.kh * g.kw, ho * wo}, scalar_type_of<T>(), "conv2d"));
+  detail::im2col_loop<false>(const_cast<T*>(xc.data_ptr()), cols.data_ptr(), n, c, h, w, ho, wo, g);
+  if constexpr (is_floating_v<T>) {
+    if (GradMode::is_enabled() && x.requires_grad())
+      autograd::meta_of(cols.impl_ptr()).grad_fn = std::make_shared<autograd_nodes::Im2ColBackward<T>>(x.impl_ptr(), g, ho, wo);
+  }
+  return cols;
+}
+
+// x [N, Cin, H, W], weight [Cout, Cin / groups, kh, kw], bias [Cout] (undefined: none).
+template <Dtype T>
+Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias = {},
+                 std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
+                 std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1) {
+  check<ShapeError>(x.dim() == 4 && weight.dim() == 4, "conv2d: expected a 4-d input and weight, got ", x.shape(),
+                    " and ", weight.shape());
+  const int64_t n = x.size(0), cin = x.size(1), cout = weight.size(0);
+  check<ShapeError>(groups >= 1 && cin % groups == 0 && cout % groups == 0 && weight.size(1) * groups == cin,
+                    "conv2d: weight of shape ", weight.shape(), " does not fit input of shape ", x.shape(),
+                    " with ", groups, " groups");
+  check<std::invalid_argument>(stride[0] > 0 && stride[1] > 0 && dilation[0] > 0 && dilation[1] > 0 &&
+                                   padding[0] >= 0 && padding[1] >= 0,
+                               "conv2d: stride and dilation must be positive and padding non-negative");
+  const Conv2dGeometry g{weight.size(2), weight.size(3), stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1]};
+  const Tensor<T> cols = im2col(x, g);  // [N, Cin * kh * kw, P]
+  const int64_t ho = g.out_size(x.size(2), g.kh, g.sh, g.ph, g.dh), wo = g.out_size(x.size(3), g.kw, g.sw, g.pw, g.dw);
+  const int64_t kg = weight.size(1) * g.kh * g.kw;
+  // [groups, Cout / groups, Kg] @ [N, groups, Kg, P] -> [N, groups, Cout / groups, P]
+  const Tensor<T> y = matmul(weight.reshape({groups, cout / groups, kg}), cols.view({n, groups, kg, ho * wo}));
+  Tensor<T> out = y.view({n, cout, ho, wo});
+  if (bias.defined()) {
+    check<ShapeError>(bias.shape() == Shape{cout}, "conv2d: bias of shape ", bias.shape(), " for ", cout, " channels");
+    out = Tensor<T>(out + bias.view({1, cout, 1, 1}));
+  }
+  return out;
+}
+
+}  // namespace functional
+
+struct Conv2dOptions {
+  Conv2dOptions(int64_t in, int64_t out, int64_t kernel) : in_channels(in), out_channels(out), kernel_size{kernel, kernel} {}
+  int64_t in_channels, out_channels;
+  std::array<int64_t, 2> kernel_size, stride_{1, 1}, padding_{0, 0}, dilation_{1, 1};
+  int64_t groups_ = 1;
+  bool bias_ = true;
+  Conv2dOptions& stride(int64_t s) { stride_ = {s, s}; return *this; }
+  Conv2dOptions& padding(int64_t p) { padding_ = {p, p}; return *this; }
+  Conv2dOptions& dilation(int64_t d) { dilation_ = {d, d}; return *this; }
+  Conv2dOptions& groups(int64_t g) { groups_ = g; return *this; }
+  Conv2dOptions& bias(bool b) { bias_ = b; return *this; }
+};
+
+// Weight and bias uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)], fan_in = Cin / groups * kh * kw (PyTorch's default).
+class Conv2dImpl : public Module {
+ public:
+  explicit Conv2dImpl(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
+    check<std::invalid_argument>(o.in_channels % o.groups_ == 0 && o.out_channels % o.groups_ == 0,
+                                 "Conv2d: channels ", o.in_channels, " -> ", o.out_channels, " do not split into ",
+                                 o.groups_, " groups");
+    const int64_t fan_in = o.in_channels / o.groups_ * o.kernel_size[0] * o.kernel_size[1];
+    const double bound = 1 / std::sqrt(double(fan_in));
+    weight = register_parameter("weight", uniform_(empty<float>({o.out_channels, o.in_channels / o.groups_,
+                                                                 o.kernel_size[0], o.kernel_size[1]}), -bound, bound));
+    if (o.bias_) bias = register_parameter("bias", uniform_(empty<float>({o.out_channels}), -bound, bound));
+  }
+  Conv2dImpl(int64_t in, int64_t out, int64_t kernel) : Conv2dImpl(Conv2dOptions(in, out, kernel)) {}
+  Tensor<float> forward(const Tensor<float>& x) override {
+    return functional::conv2d(x, weight, bias, options.stride_, options.padding_, options.dilation_, options.groups_);
+  }
+  void pretty_print(std::ostream& out) const override {
+    out << "Conv2d(" << options.in_channels << ", " << options.out_channels << ", kernel_size=(" << options.kernel_size[0]
+        << ", " << options.kernel_size[1] << "), stride=(" << options.stride_[0] << ", " << options.stride_[1]
+        << "), padding=(" << options.padding_[0] << ", " << options.padding_[1] << "))";
+  }
+  Conv2dOptions options;
+  Tensor<float> weight, bias;
+};
+KILN_MODULE(Conv2d);
+
+}  // namespace kiln::nn

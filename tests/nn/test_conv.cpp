@@ -1,0 +1,72 @@
+// conv2d against a direct float64 convolution written out per element (stride, padding, dilation,
+// groups, bias), its gradients by gradcheck, and the Conv2d module.
+#include <doctest/doctest.h>
+
+#include "kiln/autograd/gradcheck.hpp"
+#include "kiln/nn.hpp"
+#include "kiln/tensor/random.hpp"
+
+using namespace kiln;
+namespace F = kiln::nn::functional;
+
+namespace {
+Tensor<double> sample(const Shape& shape, uint64_t seed) {
+  Generator gen(seed);
+  return Tensor<double>(randn<double>(shape, &gen));
+}
+using Inputs = std::vector<Tensor<double>>;
+
+struct Case {
+  int64_t n, cin, h, w, cout, k, stride, pad, dil, groups;
+};
+
+double direct(const Tensor<double>& x, const Tensor<double>& wt, const Tensor<double>& b, const Case& c, int64_t n,
+              int64_t o, int64_t oh, int64_t ow) {
+  const int64_t cin_g = c.cin / c.groups, cout_g = c.cout / c.groups, grp = o / cout_g;
+  double s = b[o].item();
+  for (int64_t ci = 0; ci < cin_g; ++ci)
+    for (int64_t i = 0; i < c.k; ++i)
+      for (int64_t j = 0; j < c.k; ++j) {
+        const int64_t ih = oh * c.stride - c.pad + i * c.dil, iw = ow * c.stride - c.pad + j * c.dil;
+        if (ih < 0 || ih >= c.h || iw < 0 || iw >= c.w) continue;
+        s += x[n][grp * cin_g + ci][ih][iw].item() * wt[o][ci][i][j].item();
+      }
+  return s;
+}
+}  // namespace
+
+TEST_CASE("conv2d equals a direct convolution, and its gradients pass gradcheck") {
+  for (const Case c : {Case{2, 3, 7, 6, 4, 3, 1, 1, 1, 1}, Case{1, 4, 9, 9, 6, 3, 2, 0, 1, 2},
+                       Case{2, 2, 8, 7, 2, 2, 1, 2, 2, 1}, Case{1, 4, 5, 5, 4, 1, 1, 0, 1, 4}}) {
+    const Tensor<double> x = sample({c.n, c.cin, c.h, c.w}, 1), wt = sample({c.cout, c.cin / c.groups, c.k, c.k}, 2),
+                         b = sample({c.cout}, 3);
+    const Tensor<double> y = F::conv2d(x, wt, b, {c.stride, c.stride}, {c.pad, c.pad}, {c.dil, c.dil}, c.groups);
+    const int64_t ho = (c.h + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
+    const int64_t wo = (c.w + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
+    REQUIRE(y.shape() == Shape{c.n, c.cout, ho, wo});
+    for (int64_t n = 0; n < c.n; ++n)
+      for (int64_t o = 0; o < c.cout; ++o)
+        for (int64_t oh = 0; oh < ho; ++oh)
+          for (int64_t ow = 0; ow < wo; ++ow)
+            CHECK(y[n][o][oh][ow].item() == doctest::Approx(direct(x, wt, b, c, n, o, oh, ow)).epsilon(1e-12));
+    const auto r = autograd::gradcheck(
+        [c](const Inputs& in) {
+          return F::conv2d(in[0], in[1], in[2], {c.stride, c.stride}, {c.pad, c.pad}, {c.dil, c.dil}, c.groups);
+        },
+        {x, wt, b});
+    INFO("stride ", c.stride, " pad ", c.pad, " dilation ", c.dil, " groups ", c.groups, ": ", r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("Conv2d module: shapes, initialization bound, errors") {
+  nn::Conv2d conv(nn::Conv2dOptions(1, 8, 3).padding(1));
+  CHECK(conv->weight.shape() == Shape{8, 1, 3, 3});
+  CHECK(double(amax(abs(conv->weight)).item()) <= 1 / 3.0);
+  const Tensor<float> y = conv(randn<float>({2, 1, 28, 28}));
+  CHECK(y.shape() == Shape{2, 8, 28, 28});
+  sum(y).backward();
+  CHECK(conv->bias.grad()[0].item() == doctest::Approx(2 * 28 * 28));
+  CHECK_THROWS_AS(conv(randn<float>({2, 3, 28, 28})), ShapeError);
+  CHECK_THROWS_AS(conv(randn<float>({2, 1, 28})), ShapeError);
+}
