@@ -5,3 +5,4 @@
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/module.hpp"
 #include "kiln/nn/normalization.hpp"
+#include "kiln/nn/pool.hpp"

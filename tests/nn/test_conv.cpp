@@ -69,4 +69,6 @@ TEST_CASE("Conv2d module: shapes, initialization bound, errors") {
   CHECK(conv->bias.grad()[0].item() == doctest::Approx(2 * 28 * 28));
   CHECK_THROWS_AS(conv(randn<float>({2, 3, 28, 28})), ShapeError);
   CHECK_THROWS_AS(conv(randn<float>({2, 1, 28})), ShapeError);
+  // A kernel larger than the padded input, with a stride: no output position (not one, by rounding toward 0).
+  CHECK_THROWS_AS(F::conv2d(randn<float>({1, 1, 2, 2}), randn<float>({1, 1, 3, 3}), {}, {2, 2}), ShapeError);
 }

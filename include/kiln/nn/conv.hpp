@@ -16,7 +16,11 @@ namespace kiln::nn {
 
 struct Conv2dGeometry {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
-  int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) const { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+  // Output positions along one dim; 0 when the dilated kernel does not fit (no rounding toward 0).
+  int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) const {
+    const int64_t span = in + 2 * p - d * (k - 1) - 1;
+    return span < 0 ? 0 : span / s + 1;
+  }
 };
 
 namespace functional {

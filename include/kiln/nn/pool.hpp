@@ -1,0 +1,275 @@
+#pragma once
+// Pooling as torch.nn.functional's: max_pool2d (kernel, stride, padding, dilation), avg_pool2d (kernel,
+// stride, padding, count_include_pad) and adaptive_avg_pool2d, with the MaxPool2d, AvgPool2d and
+// AdaptiveAvgPool2d modules. Direct loops over each (sample, channel) plane, threaded; max pooling saves
+// the argmax of each window for its backward.
+#include <array>
+#include <limits>
+
+#include "kiln/cpu/parallel.hpp"
+#include "kiln/nn/module.hpp"
+
+namespace kiln::nn {
+
+namespace functional {
+namespace detail {
+
+// A window [r0, r1) x [c0, c1) of an input plane for each output position.
+struct PoolWindows {
+  int64_t h, w, ho, wo;
+  // Fixed windows: kernel k, stride s, padding p, dilation d (rows and cols).
+  std::array<int64_t, 2> k{}, s{}, p{}, d{1, 1};
+  bool adaptive = false;
+  void rows(int64_t oh, int64_t& r0, int64_t& r1) const { span(oh, h, ho, 0, r0, r1); }
+  void cols(int64_t ow, int64_t& c0, int64_t& c1) const { span(ow, w, wo, 1, c0, c1); }
+  void span(int64_t o, int64_t in, int64_t out, int a, int64_t& lo, int64_t& hi) const {
+    if (adaptive) {
+      lo = o * in / out;
+      hi = ((o + 1) * in + out - 1) / out;
+    } else {
+      lo = o * s[a] - p[a];
+      hi = lo + (k[a] - 1) * d[a] + 1;
+    }
+  }
+};
+
+inline int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, const char* op) {
+  check<std::invalid_argument>(k > 0 && s > 0 && d > 0 && p >= 0 && 2 * p <= k, op,
+                               ": kernel and stride must be positive and padding at most half the kernel");
+  const int64_t span = in + 2 * p - d * (k - 1) - 1;  // negative: the window does not fit (no rounding toward 0)
+  const int64_t out = span < 0 ? 0 : span / s + 1;
+  check<ShapeError>(out > 0, op, ": input size ", in, " is smaller than the kernel ", k);
+  return out;
+}
+
+}  // namespace detail
+}  // namespace functional
+
+namespace autograd_nodes {
+// Max pooling: each output's gradient goes to its window's argmax (saved as a flat index in the plane).
+template <Dtype T>
+struct MaxPoolBackward : autograd::Node {
+  MaxPoolBackward(const autograd::ImplPtr& x, Tensor<int64_t> argmax) : shape_(x->shape), argmax_(std::move(argmax)) {
+    next_edges.push_back(autograd::gradient_edge(x));
+  }
+  std::string name() const override { return "MaxPool2DBackward"; }
+  autograd::GradList apply(autograd::GradList&& grads) override {
+    if (!grads.at(0)) return {nullptr};
+    const Tensor<T> g = Tensor<T>(grads[0]).contiguous();
+    Tensor<T> gx = zeros<T>(shape_);
+    const int64_t planes = shape_[0] * shape_[1], in = shape_[2] * shape_[3], out = g.numel() / std::max<int64_t>(planes, 1);
+    const T* gp = g.data_ptr();
+    const int64_t* ip = argmax_.data_ptr();
+    T* xp = gx.data_ptr();
+    cpu::parallel_for(planes, out, 1, [&](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q)
+        for (int64_t o = 0; o < out; ++o) xp[q * in + ip[q * out + o]] += gp[q * out + o];
+    });
+    return {gx.impl_ptr()};
+  }
+
+ private:
+  Shape shape_;
+  Tensor<int64_t> argmax_;
+};
+
+// Average pooling: each output's gradient, divided by its divisor, spread over its window.
+template <Dtype T>
+struct AvgPoolBackward : autograd::Node {
+  AvgPoolBackward(const autograd::ImplPtr& x, functional::detail::PoolWindows win, bool count_pad)
+      : shape_(x->shape), win_(win), count_pad_(count_pad) {
+    next_edges.push_back(autograd::gradient_edge(x));
+  }
+  std::string name() const override { return win_.adaptive ? "AdaptiveAvgPool2DBackward" : "AvgPool2DBackward"; }
+  autograd::GradList apply(autograd::GradList&& grads) override;
+
+ private:
+  Shape shape_;
+  functional::detail::PoolWindows win_;
+  bool count_pad_;
+};
+}  // namespace autograd_nodes
+
+namespace functional {
+namespace detail {
+
+// For each plane and output position: f(plane, o, r0, r1, c0, c1, divisor) with the window clipped to
+// the input and the divisor (the full window with padding when count_pad, else the clipped one).
+template <class F>
+void for_each_window(int64_t planes, const PoolWindows& win, bool count_pad, F&& f) {
+  cpu::parallel_for(planes, win.ho * win.wo * 4, 1, [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q)
+      for (int64_t oh = 0; oh < win.ho; ++oh) {
+        int64_t r0, r1;
+        win.rows(oh, r0, r1);
+        for (int64_t ow = 0; ow < win.wo; ++ow) {
+          int64_t c0, c1;
+          win.cols(ow, c0, c1);
+          const int64_t full = (r1 - r0) * (c1 - c0);
+          const int64_t cr0 = std::max<int64_t>(r0, 0), cr1 = std::min(r1, win.h);
+          const int64_t cc0 = std::max<int64_t>(c0, 0), cc1 = std::min(c1, win.w);
+          const int64_t divisor = count_pad && !win.adaptive ? std::min(full, (std::min(r1, win.h + win.p[0]) - r0) *
+                                                                                  (std::min(c1, win.w + win.p[1]) - c0))
+                                                             : (cr1 - cr0) * (cc1 - cc0);
+          f(q, oh * win.wo + ow, cr0, cr1, cc0, cc1, divisor);
+        }
+      }
+  });
+}
+
+template <Dtype T>
+Tensor<T> avg_pool(const Tensor<T>& x, const PoolWindows& win, bool count_pad) {
+  const Tensor<T> xc = x.contiguous();
+  Tensor<T> out(TensorImpl::allocate({x.size(0), x.size(1), win.ho, win.wo}, scalar_type_of<T>(), "avg_pool2d"));
+  const T* xp = xc.data_ptr();
+  T* op = out.data_ptr();
+  const int64_t in = win.h * win.w, on = win.ho * win.wo;
+  for_each_window(x.size(0) * x.size(1), win, count_pad,
+                  [&](int64_t q, int64_t o, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t divisor) {
+                    double s = 0;
+                    for (int64_t r = r0; r < r1; ++r)
+                      for (int64_t c = c0; c < c1; ++c) s += double(xp[q * in + r * win.w + c]);
+                    op[q * on + o] = T(s / double(divisor));
+                  });
+  if constexpr (is_floating_v<T>) {
+    if (GradMode::is_enabled() && x.requires_grad())
+      autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd_nodes::AvgPoolBackward<T>>(x.impl_ptr(), win, count_pad);
+  }
+  return out;
+}
+
+inline void check_4d(const char* op, const Shape& s) {
+  check<ShapeError>(s.size() == 4, op, ": expected a 4-d input [N, C, H, W], got ", s);
+}
+
+}  // namespace detail
+
+template <Dtype T>
+Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                     std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}) {
+  detail::check_4d("max_pool2d", x.shape());
+  if (stride[0] == 0) stride = kernel;  // PyTorch's default: the kernel size
+  detail::PoolWindows win{x.size(2), x.size(3), 0, 0, kernel, stride, padding, dilation};
+  win.ho = detail::pooled_size(win.h, kernel[0], stride[0], padding[0], dilation[0], "max_pool2d");
+  win.wo = detail::pooled_size(win.w, kernel[1], stride[1], padding[1], dilation[1], "max_pool2d");
+  const Tensor<T> xc = x.contiguous();
+  const int64_t planes = x.size(0) * x.size(1), in = win.h * win.w, on = win.ho * win.wo;
+  Tensor<T> out(TensorImpl::allocate({x.size(0), x.size(1), win.ho, win.wo}, scalar_type_of<T>(), "max_pool2d"));
+  Tensor<int64_t> argmax(TensorImpl::allocate(out.shape(), ScalarType::Int64, "max_pool2d"));
+  const T* xp = xc.data_ptr();
+  T* op = out.data_ptr();
+  int64_t* ap = argmax.data_ptr();
+  cpu::parallel_for(planes, on * kernel[0] * kernel[1], 1, [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q)
+      for (int64_t oh = 0; oh < win.ho; ++oh)
+        for (int64_t ow = 0; ow < win.wo; ++ow) {
+          compute_t<T> best = -std::numeric_limits<compute_t<T>>::infinity();
+          int64_t at = -1;
+          for (int64_t i = 0; i < kernel[0]; ++i) {
+            const int64_t r = oh * stride[0] - padding[0] + i * dilation[0];
+            if (r < 0 || r >= win.h) continue;
+            for (int64_t j = 0; j < kernel[1]; ++j) {
+              const int64_t c = ow * stride[1] - padding[1] + j * dilation[1];
+              if (c < 0 || c >= win.w) continue;
+              const compute_t<T> v = xp[q * in + r * win.w + c];
+              if (at < 0 || v > best || std::isnan(double(v))) {  // NaN wins, as PyTorch's
+                best = v;
+                at = r * win.w + c;
+                if (std::isnan(double(v))) break;
+              }
+            }
+          }
+          op[q * on + oh * win.wo + ow] = T(best);
+          ap[q * on + oh * win.wo + ow] = at;
+        }
+  });
+  if constexpr (is_floating_v<T>) {
+    if (GradMode::is_enabled() && x.requires_grad())
+      autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd_nodes::MaxPoolBackward<T>>(x.impl_ptr(), argmax);
+  }
+  return out;
+}
+
+template <Dtype T>
+Tensor<T> avg_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                     std::array<int64_t, 2> padding = {0, 0}, bool count_include_pad = true) {
+  detail::check_4d("avg_pool2d", x.shape());
+  if (stride[0] == 0) stride = kernel;
+  detail::PoolWindows win{x.size(2), x.size(3), 0, 0, kernel, stride, padding};
+  win.ho = detail::pooled_size(win.h, kernel[0], stride[0], padding[0], 1, "avg_pool2d");
+  win.wo = detail::pooled_size(win.w, kernel[1], stride[1], padding[1], 1, "avg_pool2d");
+  return detail::avg_pool(x, win, count_include_pad);
+}
+
+template <Dtype T>
+Tensor<T> adaptive_avg_pool2d(const Tensor<T>& x, std::array<int64_t, 2> output_size) {
+  detail::check_4d("adaptive_avg_pool2d", x.shape());
+  check<std::invalid_argument>(output_size[0] > 0 && output_size[1] > 0, "adaptive_avg_pool2d: output size must be positive");
+  detail::PoolWindows win{x.size(2), x.size(3), output_size[0], output_size[1]};
+  win.adaptive = true;
+  return detail::avg_pool(x, win, false);
+}
+
+}  // namespace functional
+
+template <Dtype T>
+autograd::GradList autograd_nodes::AvgPoolBackward<T>::apply(autograd::GradList&& grads) {
+  if (!grads.at(0)) return {nullptr};
+  const Tensor<T> g = Tensor<T>(grads[0]).contiguous();
+  Tensor<T> gx = zeros<T>(shape_);
+  const T* gp = g.data_ptr();
+  T* xp = gx.data_ptr();
+  const int64_t in = win_.h * win_.w, on = win_.ho * win_.wo;
+  // One thread per plane: windows of one plane overlap, planes do not.
+  functional::detail::for_each_window(shape_[0] * shape_[1], win_, count_pad_,
+                                      [&](int64_t q, int64_t o, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t divisor) {
+                                        const T share = T(compute_t<T>(gp[q * on + o]) / compute_t<T>(divisor));
+                                        for (int64_t r = r0; r < r1; ++r)
+                                          for (int64_t c = c0; c < c1; ++c) xp[q * in + r * win_.w + c] += share;
+                                      });
+  return {gx.impl_ptr()};
+}
+
+class MaxPool2dImpl : public Module {
+ public:
+  explicit MaxPool2dImpl(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
+      : Module("MaxPool2d"), k_(kernel), s_(stride ? stride : kernel), p_(padding) {}
+  Tensor<float> forward(const Tensor<float>& x) override { return functional::max_pool2d(x, {k_, k_}, {s_, s_}, {p_, p_}); }
+  void pretty_print(std::ostream& out) const override {
+    out << "MaxPool2d(kernel_size=" << k_ << ", stride=" << s_ << ", padding=" << p_ << ')';
+  }
+
+ private:
+  int64_t k_, s_, p_;
+};
+KILN_MODULE(MaxPool2d);
+
+class AvgPool2dImpl : public Module {
+ public:
+  explicit AvgPool2dImpl(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
+      : Module("AvgPool2d"), k_(kernel), s_(stride ? stride : kernel), p_(padding) {}
+  Tensor<float> forward(const Tensor<float>& x) override { return functional::avg_pool2d(x, {k_, k_}, {s_, s_}, {p_, p_}); }
+  void pretty_print(std::ostream& out) const override {
+    out << "AvgPool2d(kernel_size=" << k_ << ", stride=" << s_ << ", padding=" << p_ << ')';
+  }
+
+ private:
+  int64_t k_, s_, p_;
+};
+KILN_MODULE(AvgPool2d);
+
+class AdaptiveAvgPool2dImpl : public Module {
+ public:
+  explicit AdaptiveAvgPool2dImpl(std::array<int64_t, 2> output_size) : Module("AdaptiveAvgPool2d"), size_(output_size) {}
+  AdaptiveAvgPool2dImpl(int64_t h, int64_t w) : AdaptiveAvgPool2dImpl(std::array<int64_t, 2>{h, w}) {}
+  Tensor<float> forward(const Tensor<float>& x) override { return functional::adaptive_avg_pool2d(x, size_); }
+  void pretty_print(std::ostream& out) const override {
+    out << "AdaptiveAvgPool2d(output_size=(" << size_[0] << ", " << size_[1] << "))";
+  }
+
+ private:
+  std::array<int64_t, 2> size_;
+};
+KILN_MODULE(AdaptiveAvgPool2d);
+
+}  // namespace kiln::nn
