@@ -188,7 +188,7 @@ class Tensor {
   Tensor with_layout(const char* kind, const Shape& s, const Strides& st, int64_t offset) const {
     Tensor v(impl_->view_as(s, st, offset));
     if constexpr (is_floating_v<T>) {
-      if (GradMode::is_enabled() && impl_->autograd && (impl_->autograd->requires_grad || impl_->autograd->grad_fn))
+      if (GradMode::is_enabled() && autograd::requires_grad(*impl_))
         autograd::record_view(impl_, v.impl_, kind);
     }
     return v;
@@ -270,8 +270,7 @@ std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<T
   if (broadcast_shapes(src_shape, dst->shape, op) != dst->shape)
     throw ShapeError(cat(op, ": source of shape ", src_shape, " cannot be broadcast to the destination's shape ", dst->shape));
   check_versions(expr);
-  if (autograd::needs_graph(expr) || (GradMode::is_enabled() && dst->autograd &&
-                                      (dst->autograd->requires_grad || dst->autograd->grad_fn)))
+  if (autograd::needs_graph(expr) || (GradMode::is_enabled() && autograd::requires_grad(*dst)))
     throw std::logic_error(cat(op, ": in-place writes to or from tensors that require grad are not recorded; ",
                                "write `t = expr` to get a new tensor, or use a kiln::NoGradGuard"));
   bool overlap = false;
