@@ -195,3 +195,85 @@ TEST_CASE("parameter groups keep their own options; zero_grad; a step is one fus
   CHECK(memory_stats().allocations == before.allocations);
   CHECK(w[0].item() < 1.0f);
 }
+
+namespace {
+
+// Runs half the steps, moves the state through state_dict() into a fresh optimizer on a copy of the
+// parameter, and runs the other half there: the result must be bitwise the uninterrupted run's.
+template <class Make>
+void check_resume(const char* what, Make make) {
+  INFO(what);
+  Tensor<double> p = empty<double>({kN});
+  for (int64_t i = 0; i < kN; ++i) p.data_ptr()[i] = initial(i);
+  p.requires_grad_();
+  auto first = make(std::vector<Tensor<double>>{p});
+  for (int t = 0; t < kSteps / 2; ++t) {
+    first.zero_grad();
+    backward_loss(p, t);
+    first.step();
+  }
+  std::map<std::string, AnyTensor> saved;
+  for (auto& [name, t] : first.state_dict()) saved.emplace(name, t.clone());
+  CHECK(saved.size() > 2);  // the lr entries and some per-parameter state
+  Tensor<double> resumed = p.detach().clone().requires_grad_();
+  auto second = make(std::vector<Tensor<double>>{resumed});
+  second.load_state_dict(saved);
+  for (int t = kSteps / 2; t < kSteps; ++t) {
+    second.zero_grad();
+    backward_loss(resumed, t);
+    second.step();
+  }
+  const std::vector<double> expected = run<double>(make);
+  for (int64_t i = 0; i < kN; ++i) CHECK(resumed.data_ptr()[i] == expected[i]);
+}
+
+}  // namespace
+
+TEST_CASE("optimizer state_dict: PyTorch's names, resuming gives bitwise the uninterrupted run, bad states refused") {
+  check_resume("SGD momentum", [](auto params) { return optim::SGD(params, optim::SGDOptions(0.05).momentum(0.9).nesterov(true)); });
+  check_resume("Adam amsgrad", [](auto params) { return optim::Adam(params, optim::AdamOptions(0.05).amsgrad(true)); });
+  check_resume("AdamW", [](auto params) { return optim::AdamW(params, optim::AdamWOptions(0.05)); });
+  check_resume("RMSprop centered momentum",
+               [](auto params) { return optim::RMSprop(params, optim::RMSpropOptions(0.01).centered(true).momentum(0.5)); });
+
+  Tensor<float> w = ones<float>({3}).requires_grad_();
+  optim::Adam adam(std::vector<Tensor<float>>{w}, optim::AdamOptions(0.1));
+  auto names = [](const std::map<std::string, AnyTensor>& sd) {
+    std::vector<std::string> out;
+    for (auto& [name, t] : sd) out.push_back(name);
+    return out;
+  };
+  CHECK(names(adam.state_dict()) == std::vector<std::string>{"param_groups.0.initial_lr", "param_groups.0.lr"});
+  sum(w * w).backward();
+  adam.step();
+  const auto sd = adam.state_dict();
+  CHECK(names(sd) == std::vector<std::string>{"param_groups.0.initial_lr", "param_groups.0.lr", "state.0.exp_avg",
+                                              "state.0.exp_avg_sq", "state.0.step"});
+  CHECK(sd.at("state.0.step").as<int64_t>().item() == 1);
+  CHECK(sd.at("param_groups.0.lr").as<double>().item() == 0.1);
+
+  auto with = [&](const std::string& key, AnyTensor value) {
+    auto copy = sd;
+    copy[key] = value;
+    return copy;
+  };
+  CHECK_THROWS_WITH_AS(adam.load_state_dict(with("state.0.exp_avg", zeros<float>({4}))),
+                       "optimizer load_state_dict: \"state.0.exp_avg\" has shape [4], the parameter [3]", ShapeError);
+  CHECK_THROWS_WITH_AS(adam.load_state_dict(with("state.0.exp_avg", zeros<double>({3}))),
+                       "optimizer load_state_dict: \"state.0.exp_avg\" holds float64 values", DTypeError);
+  CHECK_THROWS_WITH_AS(adam.load_state_dict(with("state.1.step", full<int64_t>({}, 1))),
+                       "optimizer load_state_dict: \"state.1.step\" names parameter 1 but the optimizer has 1",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(adam.load_state_dict(with("momentum", zeros<float>({3}))),
+                       "optimizer load_state_dict: unexpected key \"momentum\"", std::invalid_argument);
+  auto without_lr = sd;
+  without_lr.erase("param_groups.0.lr");
+  CHECK_THROWS_WITH_AS(adam.load_state_dict(without_lr), "optimizer load_state_dict: missing key \"param_groups.0.lr\"",
+                       std::invalid_argument);
+  auto partial = sd;
+  partial.erase("state.0.exp_avg_sq");
+  CHECK_THROWS_WITH_AS(adam.load_state_dict(partial), "optimizer load_state_dict: parameter 0 has 2 state entries, expected 3",
+                       std::invalid_argument);
+  // A refused state changed nothing.
+  CHECK(adam.state_dict().at("state.0.exp_avg").as<float>()[0].item() == sd.at("state.0.exp_avg").as<float>()[0].item());
+}

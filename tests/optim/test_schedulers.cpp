@@ -89,3 +89,26 @@ TEST_CASE("clip_grad_norm_ and clip_grad_value_ act on the gradients as torch.nn
   CHECK(a.grad()[1].item() == doctest::Approx(3 / (std::sqrt(66.0) + 1e-6)));
   CHECK(b.grad()[0].item() == doctest::Approx(0.4));
 }
+
+TEST_CASE("scheduler state_dict: a scheduler built again and loaded continues at the saved step") {
+  Tensor<float> w = ones<float>({2}).requires_grad_();
+  optim::SGD<float> opt(std::vector<Tensor<float>>{w}, optim::SGDOptions(0.1));
+  optim::OneCycleLR sched(opt, 1.0, 20);
+  for (int i = 0; i < 7; ++i) sched.step();
+  const auto saved = sched.state_dict();
+  CHECK(saved.at("last_epoch").as<int64_t>().item() == 7);
+  sched.step();
+  const double next_lr = sched.get_last_lr()[0];
+
+  Tensor<float> w2 = ones<float>({2}).requires_grad_();
+  optim::SGD<float> opt2(std::vector<Tensor<float>>{w2}, optim::SGDOptions(0.1));
+  optim::OneCycleLR again(opt2, 1.0, 20);
+  again.load_state_dict(saved);
+  again.step();
+  CHECK(again.last_epoch() == 8);
+  CHECK(again.get_last_lr()[0] == next_lr);
+  CHECK(opt2.param_groups()[0].options.lr() == next_lr);
+  CHECK_THROWS_WITH_AS(again.load_state_dict({{"last_epoch", full<double>({}, 1.0)}}),
+                       "LRScheduler load_state_dict: \"last_epoch\" must be one int64, got float64 of shape []", DTypeError);
+  CHECK_THROWS_AS(again.load_state_dict({}), std::invalid_argument);
+}

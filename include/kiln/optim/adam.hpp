@@ -73,6 +73,28 @@ class AdamBase : public Optimizer<Options, T> {
   }
 
  private:
+  ParamState param_state(const Tensor<T>& p) const override {
+    auto it = state_.find(p.impl_ptr().get());
+    if (it == state_.end() || it->second.step == 0) return {};
+    const State& s = it->second;
+    ParamState out{{"step", full<int64_t>({}, s.step)}, {"exp_avg", s.m}, {"exp_avg_sq", s.v}};
+    if (s.vmax.defined()) out.emplace("max_exp_avg_sq", s.vmax);
+    return out;
+  }
+  void set_param_state(const Tensor<T>& p, const ParamState& state) override {
+    state_.erase(p.impl_ptr().get());
+    if (state.empty()) return;
+    State& s = state_[p.impl_ptr().get()];
+    s.step = this->loaded_step(state);
+    s.m = this->loaded_tensor(state, "exp_avg");
+    s.v = this->loaded_tensor(state, "exp_avg_sq");
+    if (state.contains("max_exp_avg_sq")) s.vmax = this->loaded_tensor(state, "max_exp_avg_sq");
+  }
+  std::vector<std::string> state_names(const Options& o) const override {
+    if (o.amsgrad()) return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    return {"step", "exp_avg", "exp_avg_sq"};
+  }
+
   std::unordered_map<const TensorImpl*, State> state_;
 };
 }  // namespace detail

@@ -2,15 +2,19 @@
 // Learning-rate schedulers with torch.optim.lr_scheduler's closed forms, stepping every parameter
 // group's lr from its initial value: StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR,
 // OneCycleLR (cosine annealing, PyTorch's defaults) and SequentialLR. Call step() after the optimizer's
-// step (per epoch, or per batch for OneCycleLR); get_last_lr() gives the current lrs.
+// step (per epoch, or per batch for OneCycleLR); get_last_lr() gives the current lrs. The lr is a closed
+// form of the step count, so the state_dict is {"last_epoch"}: a scheduler built with the same
+// arguments and loaded continues where the saved one stood.
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <numbers>
 #include <vector>
 
-#include "kiln/core/error.hpp"
+#include "kiln/tensor/any_tensor.hpp"
 
 namespace kiln::optim {
 
@@ -24,6 +28,19 @@ class LRScheduler {
   }
   int64_t last_epoch() const { return epoch_; }
   const std::vector<double>& get_last_lr() const { return last_lr_; }
+
+  std::map<std::string, AnyTensor> state_dict() const { return {{"last_epoch", full<int64_t>({}, epoch_)}}; }
+  // Moves to the saved step and sets the lrs it gives.
+  void load_state_dict(const std::map<std::string, AnyTensor>& state) {
+    auto it = state.find("last_epoch");
+    check<std::invalid_argument>(it != state.end() && state.size() == 1,
+                                 "LRScheduler load_state_dict: expected exactly the key \"last_epoch\"");
+    check<DTypeError>(it->second.dtype() == ScalarType::Int64 && it->second.numel() == 1,
+                      "LRScheduler load_state_dict: \"last_epoch\" must be one int64, got ",
+                      dtype_name(it->second.dtype()), " of shape ", it->second.shape());
+    epoch_ = it->second.as<int64_t>().reshape({}).item();
+    apply();
+  }
 
  protected:
   // lr of a group with initial lr `base` at step `epoch` (0 at construction).

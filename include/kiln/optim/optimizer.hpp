@@ -2,10 +2,18 @@
 // The optimizer base, as libtorch's torch::optim::Optimizer: parameter groups with their own options
 // (lr and the rest), per-parameter state, zero_grad() and step(). Each optimizer's step updates a
 // parameter and its state in one fused pass (kiln::eval_all), under a NoGradGuard.
+//
+// state_dict() flattens the state into named tensors (what a safetensors checkpoint holds), with
+// PyTorch's names: "state.<i>.exp_avg" for the i-th parameter counted across the groups in order,
+// "param_groups.<g>.lr" and "param_groups.<g>.initial_lr" as 0-d doubles. load_state_dict() expects an
+// optimizer built with the same parameters and groups, as PyTorch's does.
+#include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/tensor/any_tensor.hpp"
 #include "kiln/tensor/factory.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -22,6 +30,9 @@
   type name##_ = default_value
 
 namespace kiln::optim {
+
+// One parameter's optimizer state by name ("step", "exp_avg", ...); empty before its first update.
+using ParamState = std::map<std::string, AnyTensor>;
 
 template <class Options, Dtype T>
 class Optimizer {
@@ -67,7 +78,73 @@ class Optimizer {
       }
   }
 
+  std::map<std::string, AnyTensor> state_dict() const {
+    std::map<std::string, AnyTensor> out;
+    int64_t index = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const std::string group = "param_groups." + std::to_string(g) + ".";
+      out.emplace(group + "lr", full<double>({}, groups_[g].options.lr()));
+      out.emplace(group + "initial_lr", full<double>({}, groups_[g].initial_lr));
+      for (const Tensor<T>& p : groups_[g].params) {
+        const std::string prefix = "state." + std::to_string(index++) + ".";
+        for (auto& [name, t] : param_state(p)) out.emplace(prefix + name, t);
+      }
+    }
+    return out;
+  }
+
+  // Restores the lrs and every parameter's state (copied in); entries for other parameters, wrong
+  // shapes or dtypes are refused before anything changes.
+  void load_state_dict(const std::map<std::string, AnyTensor>& state) {
+    std::vector<ParamState> per_param(num_params());
+    std::vector<double> lr(groups_.size()), initial_lr(groups_.size());
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const std::string group = "param_groups." + std::to_string(g) + ".";
+      lr[g] = scalar_entry(state, group + "lr");
+      initial_lr[g] = scalar_entry(state, group + "initial_lr");
+    }
+    for (auto& [key, t] : state) {
+      if (key.starts_with("param_groups.")) {
+        check<std::invalid_argument>(is_group_key(key), "optimizer load_state_dict: unexpected key \"", key,
+                                     "\" (the optimizer has ", groups_.size(), " groups)");
+        continue;
+      }
+      const size_t dot = key.find('.', 6);
+      check<std::invalid_argument>(key.starts_with("state.") && dot != std::string::npos,
+                                   "optimizer load_state_dict: unexpected key \"", key, "\"");
+      const int64_t i = parse_index(key.substr(6, dot - 6), key);
+      check<std::invalid_argument>(i < int64_t(per_param.size()), "optimizer load_state_dict: \"", key,
+                                   "\" names parameter ", i, " but the optimizer has ", per_param.size());
+      per_param[i].emplace(key.substr(dot + 1), t);
+    }
+    int64_t index = 0;
+    for (const ParamGroup& group : groups_)
+      for (const Tensor<T>& p : group.params) {
+        validate_param_state(p, group.options, per_param[index], index);
+        ++index;
+      }
+    index = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      groups_[g].options.lr(lr[g]);
+      groups_[g].initial_lr = initial_lr[g];
+      for (Tensor<T>& p : groups_[g].params) set_param_state(p, per_param[index++]);
+    }
+  }
+
  protected:
+  // The state of one parameter, by PyTorch's names; tensors shared with the optimizer.
+  virtual ParamState param_state(const Tensor<T>& param) const = 0;
+  // Replaces a parameter's state (already validated: copy the tensors in).
+  virtual void set_param_state(const Tensor<T>& param, const ParamState& state) = 0;
+  // The names a parameter's state holds under these options; a loaded state must have these (or none).
+  virtual std::vector<std::string> state_names(const Options& options) const = 0;
+
+  // A state tensor for `param` loaded from a checkpoint: a contiguous copy of T values.
+  static Tensor<T> loaded_tensor(const ParamState& state, const std::string& name) {
+    return state.at(name).template as<T>().clone();
+  }
+  static int64_t loaded_step(const ParamState& state) { return state.at("step").template as<int64_t>().item(); }
+
   virtual void update(Tensor<T>& param, const Tensor<T>& grad, const Options& options) = 0;
 
   // A zero-filled state tensor shaped like the parameter.
@@ -75,6 +152,51 @@ class Optimizer {
 
   Options defaults_;
   std::vector<ParamGroup> groups_;
+
+ private:
+  size_t num_params() const {
+    size_t n = 0;
+    for (const ParamGroup& g : groups_) n += g.params.size();
+    return n;
+  }
+  static double scalar_entry(const std::map<std::string, AnyTensor>& state, const std::string& key) {
+    auto it = state.find(key);
+    check<std::invalid_argument>(it != state.end(), "optimizer load_state_dict: missing key \"", key, "\"");
+    check<ShapeError>(it->second.numel() == 1, "optimizer load_state_dict: \"", key, "\" must hold one value, got shape ",
+                      it->second.shape());
+    return it->second.to(ScalarType::Double).template as<double>().reshape({}).item();
+  }
+  bool is_group_key(const std::string& key) const {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const std::string group = "param_groups." + std::to_string(g) + ".";
+      if (key == group + "lr" || key == group + "initial_lr") return true;
+    }
+    return false;
+  }
+  static int64_t parse_index(const std::string& digits, const std::string& key) {
+    check<std::invalid_argument>(!digits.empty() && digits.size() < 10 &&
+                                     digits.find_first_not_of("0123456789") == std::string::npos,
+                                 "optimizer load_state_dict: unexpected key \"", key, "\"");
+    return std::stoll(digits);
+  }
+  void validate_param_state(const Tensor<T>& p, const Options& options, const ParamState& state, int64_t index) const {
+    if (state.empty()) return;
+    const std::vector<std::string> names = state_names(options);
+    check<std::invalid_argument>(state.size() == names.size(), "optimizer load_state_dict: parameter ", index,
+                                 " has ", state.size(), " state entries, expected ", names.size());
+    for (const std::string& name : names) {
+      auto it = state.find(name);
+      check<std::invalid_argument>(it != state.end(), "optimizer load_state_dict: parameter ", index,
+                                   " lacks \"", name, "\"");
+      const bool is_step = name == "step";
+      check<DTypeError>(it->second.dtype() == (is_step ? ScalarType::Int64 : scalar_type_of<T>()),
+                        "optimizer load_state_dict: \"state.", index, ".", name, "\" holds ",
+                        dtype_name(it->second.dtype()), " values");
+      check<ShapeError>(is_step ? it->second.numel() == 1 : it->second.shape() == p.shape(),
+                        "optimizer load_state_dict: \"state.", index, ".", name, "\" has shape ",
+                        it->second.shape(), ", the parameter ", p.shape());
+    }
+  }
 };
 
 }  // namespace kiln::optim

@@ -26,14 +26,12 @@ class RMSprop : public Optimizer<RMSpropOptions, T> {
 
  protected:
   struct State {
-    bool started = false;
     Tensor<T> v, a, b;  // square average, gradient average (centered), momentum buffer
   };
 
   void update(Tensor<T>& p, const Tensor<T>& grad, const RMSpropOptions& o) override {
     State& s = state_[p.impl_ptr().get()];
-    if (!s.started) {
-      s.started = true;
+    if (!s.v.defined()) {
       s.v = Optimizer<RMSpropOptions, T>::zeros_like(p);
       if (o.centered()) s.a = Optimizer<RMSpropOptions, T>::zeros_like(p);
       if (o.momentum() > 0) s.b = Optimizer<RMSpropOptions, T>::zeros_like(p);
@@ -62,6 +60,30 @@ class RMSprop : public Optimizer<RMSpropOptions, T> {
   }
 
  private:
+  ParamState param_state(const Tensor<T>& p) const override {
+    auto it = state_.find(p.impl_ptr().get());
+    if (it == state_.end()) return {};
+    const State& s = it->second;
+    ParamState out{{"square_avg", s.v}};
+    if (s.a.defined()) out.emplace("grad_avg", s.a);
+    if (s.b.defined()) out.emplace("momentum_buffer", s.b);
+    return out;
+  }
+  void set_param_state(const Tensor<T>& p, const ParamState& state) override {
+    state_.erase(p.impl_ptr().get());
+    if (state.empty()) return;
+    State& s = state_[p.impl_ptr().get()];
+    s.v = this->loaded_tensor(state, "square_avg");
+    if (state.contains("grad_avg")) s.a = this->loaded_tensor(state, "grad_avg");
+    if (state.contains("momentum_buffer")) s.b = this->loaded_tensor(state, "momentum_buffer");
+  }
+  std::vector<std::string> state_names(const RMSpropOptions& o) const override {
+    std::vector<std::string> names{"square_avg"};
+    if (o.centered()) names.push_back("grad_avg");
+    if (o.momentum() > 0) names.push_back("momentum_buffer");
+    return names;
+  }
+
   std::unordered_map<const TensorImpl*, State> state_;
 };
 

@@ -47,6 +47,20 @@ class SGD : public Optimizer<SGDOptions, T> {
   }
 
  private:
+  ParamState param_state(const Tensor<T>& p) const override {
+    auto it = momentum_.find(p.impl_ptr().get());
+    if (it == momentum_.end()) return {};
+    return {{"momentum_buffer", it->second}};
+  }
+  void set_param_state(const Tensor<T>& p, const ParamState& state) override {
+    momentum_.erase(p.impl_ptr().get());
+    if (!state.empty()) momentum_.emplace(p.impl_ptr().get(), this->loaded_tensor(state, "momentum_buffer"));
+  }
+  std::vector<std::string> state_names(const SGDOptions& o) const override {
+    if (o.momentum() == 0) return {};
+    return {"momentum_buffer"};
+  }
+
   std::unordered_map<const TensorImpl*, Tensor<T>> momentum_;
 };
 
