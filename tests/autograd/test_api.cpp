@@ -152,3 +152,29 @@ TEST_CASE("anomaly detection names the node and its expression when backward mak
   sum(y2).backward();
   CHECK_FALSE(std::isfinite(x.grad()[0].item()));
 }
+
+TEST_CASE("sum_to_shape sums a broadcast gradient over the leading and the size-1 dims, contiguous or not") {
+  const Tensor<double> g = randn<double>({2, 3, 4, 5});
+  const std::vector<Shape> targets{{1, 3, 1, 1}, {3, 1, 5}, {5}, {4, 1}, {}, {2, 1, 4, 1}, {1, 1, 1, 1}, {3, 4, 5}};
+  for (const Shape& target : targets)
+    for (bool transposed : {false, true}) {
+      // A non-contiguous gradient with the same values: the transpose of a transposed copy.
+      const Tensor<double> grad = transposed ? g.transpose(1, 3).contiguous().transpose(1, 3) : g;
+      const auto summed = Tensor<double>(autograd::sum_to_shape(grad.impl_ptr(), target));
+      CHECK(summed.shape() == target);
+      const int lead = 4 - int(target.size());
+      Tensor<double> expected = zeros<double>(target);
+      for (int64_t a = 0; a < 2; ++a)
+        for (int64_t b = 0; b < 3; ++b)
+          for (int64_t c = 0; c < 4; ++c)
+            for (int64_t d = 0; d < 5; ++d) {
+              const int64_t idx[4] = {a, b, c, d};
+              int64_t flat = 0;
+              for (int i = 0; i < int(target.size()); ++i) flat = flat * target[i] + (target[i] == 1 ? 0 : idx[i + lead]);
+              expected.data_ptr()[flat] += g[a][b][c][d].item();
+            }
+      for (int64_t i = 0; i < expected.numel(); ++i)
+        CHECK(summed.contiguous().data_ptr()[i] == doctest::Approx(expected.data_ptr()[i]).epsilon(1e-12));
+    }
+  CHECK_THROWS_AS(autograd::sum_to_shape(g.impl_ptr(), {2, 4, 5}), ShapeError);
+}

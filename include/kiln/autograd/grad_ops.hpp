@@ -93,30 +93,85 @@ inline ImplPtr scaled_gradient(const TensorImpl& g, double s) {
   return out;
 }
 
+namespace detail {
+
+// sum_to_shape's layout: g's dims with size-1 dims dropped and neighbours merged, each either summed or
+// kept (kept ones carry their stride in the accumulator, which is laid out in target's order).
+struct SumSegment {
+  int64_t size;
+  bool kept;
+  int64_t acc_stride;
+};
+
+inline std::vector<SumSegment> sum_segments(const Shape& g, const Shape& target) {
+  const int lead = g.size() - target.size();
+  std::vector<SumSegment> segs;
+  for (int i = 0; i < g.size(); ++i) {
+    if (g[i] == 1) continue;
+    const bool kept = i >= lead && target[i - lead] != 1;
+    if (!segs.empty() && segs.back().kept == kept) segs.back().size *= g[i];  // g is contiguous: merge
+    else segs.push_back({g[i], kept, 0});
+  }
+  if (segs.empty()) segs.push_back({1, true, 0});
+  int64_t stride = 1;
+  for (auto it = segs.rbegin(); it != segs.rend(); ++it)
+    if (it->kept) {
+      it->acc_stride = stride;
+      stride *= it->size;
+    }
+  return segs;
+}
+
+// The sum of n values in double, with independent partial sums (the loop is bound by add latency
+// otherwise); a fixed order.
+template <class T>
+double sum_run(const T* p, int64_t n) {
+  double part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) part[k] += double(compute_t<T>(p[i + k]));
+  for (; i < n; ++i) part[0] += double(compute_t<T>(p[i]));
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+}  // namespace detail
+
 // The gradient g (of a broadcast result) summed to `target`, the shape that was broadcast: over
 // the leading dims g has more and over the dims where target has size 1. Accumulates in double,
-// in a fixed order (the same result for any thread count).
-inline ImplPtr sum_to_shape(const ImplPtr& g, const Shape& target) {
-  if (g->shape == target) return g;
-  const int lead = g->shape.size() - target.size();
-  check<ShapeError>(lead >= 0, "backward: a gradient of shape ", g->shape, " cannot be summed to shape ", target);
-  Shape kept = g->shape;  // g's shape with the summed dims set to 1
-  for (int i = 0; i < kept.size(); ++i)
-    if (i < lead || target[i - lead] == 1) kept[i] = 1;
+// in a fixed order (the same result for any thread count). g is walked once, contiguously: runs of
+// its innermost segment are either summed into one accumulator or added onto a row of them.
+inline ImplPtr sum_to_shape(const ImplPtr& g_in, const Shape& target) {
+  if (g_in->shape == target) return g_in;
+  const int lead = g_in->shape.size() - target.size();
+  check<ShapeError>(lead >= 0, "backward: a gradient of shape ", g_in->shape, " cannot be summed to shape ", target);
+  for (int i = 0; i < target.size(); ++i)
+    check<ShapeError>(target[i] == 1 || target[i] == g_in->shape[i + lead], "backward: a gradient of shape ",
+                      g_in->shape, " cannot be summed to shape ", target);
   std::vector<double> acc(size_t(numel_of(target)), 0.0);
-  LoopPlan<2> plan;  // operand 0: acc, as a contiguous tensor of shape `kept` broadcast over g's shape
-  plan.set_shape(g->shape);
-  plan.set_operand(1, g.get(), g->shape);
-  const Strides st = broadcast_strides(kept, contiguous_strides(kept), g->shape);
-  for (int i = 0; i < g->shape.size(); ++i) plan.step[0][i] = st[i] * int64_t(sizeof(double));
-  plan.base[0] = reinterpret_cast<char*>(acc.data());
-  plan.coalesce();
-  const int64_t astep = plan.step[0][plan.rank - 1];
+  const ImplPtr g = g_in->numel() == 0 || g_in->is_contiguous() ? g_in : copy_gradient(*g_in);
+  const std::vector<detail::SumSegment> segs = detail::sum_segments(g->shape, target);
+  const detail::SumSegment inner = segs.back();
+  const size_t outer_rank = segs.size() - 1;
+  std::vector<int64_t> index(outer_rank, 0);
+  const int64_t runs = inner.size == 0 ? 0 : g->numel() / inner.size;
   with_gradient_type(g->dtype, [&](auto tag) {
     using T = decltype(tag);
-    cpu::for_each_row(plan, 0, plan.numel(), [&](char* a, const auto& c, int64_t j, int64_t stop) {
-      for (; j < stop; ++j) *reinterpret_cast<double*>(a + j * astep) += double(load_value<T>(c.ptr[0] + j * c.step[0]));
-    });
+    const T* p = reinterpret_cast<const T*>(g->data_bytes());
+    int64_t acc_base = 0;
+    for (int64_t r = 0; r < runs; ++r, p += inner.size) {
+      if (inner.kept) {
+        double* a = acc.data() + acc_base;
+        for (int64_t i = 0; i < inner.size; ++i) a[i] += double(compute_t<T>(p[i]));
+      } else {
+        acc[size_t(acc_base)] += detail::sum_run(p, inner.size);
+      }
+      for (size_t d = outer_rank; d-- > 0;) {  // the odometer over the outer segments
+        acc_base += segs[d].acc_stride;
+        if (++index[d] < segs[d].size) break;
+        acc_base -= segs[d].acc_stride * segs[d].size;
+        index[d] = 0;
+      }
+    }
   });
   ImplPtr out = TensorImpl::allocate(target, g->dtype, "backward");
   with_gradient_type(g->dtype, [&](auto tag) {

@@ -159,29 +159,44 @@ Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::arr
   const T* xp = xc.data_ptr();
   T* op = out.data_ptr();
   int64_t* ap = argmax.data_ptr();
-  cpu::parallel_for(planes, on * kernel[0] * kernel[1], 1, [&](int64_t b, int64_t e) {
-    for (int64_t q = b; q < e; ++q)
-      for (int64_t oh = 0; oh < win.ho; ++oh)
-        for (int64_t ow = 0; ow < win.wo; ++ow) {
+  // The kernel taps that fall inside the input, [first, last), for output position o along one dim.
+  auto taps = [](int64_t o, int64_t s, int64_t p, int64_t d, int64_t k, int64_t size, int64_t& first, int64_t& last) {
+    const int64_t start = o * s - p;
+    first = start >= 0 ? 0 : (-start + d - 1) / d;
+    last = std::min(k, size - start <= 0 ? 0 : (size - start + d - 1) / d);
+  };
+  // Plain locals (not captured references) and selects on them: the compiler keeps them in registers
+  // and emits conditional moves, not branches that random data mispredicts.
+  const int64_t h = win.h, w = win.w, ho = win.ho, wo = win.wo, kh = kernel[0], kw = kernel[1];
+  const int64_t sh = stride[0], sw = stride[1], ph = padding[0], pw = padding[1], dh = dilation[0], dw = dilation[1];
+  cpu::parallel_for(planes, on * kh * kw, 1, [=](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q) {
+      const T* plane = xp + q * in;
+      for (int64_t oh = 0; oh < ho; ++oh) {
+        int64_t i0, i1;
+        taps(oh, sh, ph, dh, kh, h, i0, i1);
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          int64_t j0, j1;
+          taps(ow, sw, pw, dw, kw, w, j0, j1);
           compute_t<T> best = -std::numeric_limits<compute_t<T>>::infinity();
-          int64_t at = -1;
-          for (int64_t i = 0; i < kernel[0]; ++i) {
-            const int64_t r = oh * stride[0] - padding[0] + i * dilation[0];
-            if (r < 0 || r >= win.h) continue;
-            for (int64_t j = 0; j < kernel[1]; ++j) {
-              const int64_t c = ow * stride[1] - padding[1] + j * dilation[1];
-              if (c < 0 || c >= win.w) continue;
-              const compute_t<T> v = xp[q * in + r * win.w + c];
-              if (at < 0 || v > best || std::isnan(double(v))) {  // NaN wins, as PyTorch's
-                best = v;
-                at = r * win.w + c;
-                if (std::isnan(double(v))) break;
-              }
+          int64_t at = (oh * sh - ph + i0 * dh) * w + ow * sw - pw + j0 * dw;
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t r = (oh * sh - ph + i * dh) * w;
+            for (int64_t j = j0; j < j1; ++j) {
+              const int64_t c = r + ow * sw - pw + j * dw;
+              const compute_t<T> v = plane[c];
+              // Greater, or NaN: a NaN wins and stays (best == best fails once best is NaN), as PyTorch's;
+              // row-major tap order keeps the first maximum.
+              const bool take = !(v <= best) & (best == best);
+              best = take ? v : best;
+              at = take ? c : at;
             }
           }
-          op[q * on + oh * win.wo + ow] = T(best);
-          ap[q * on + oh * win.wo + ow] = at;
+          op[q * on + oh * wo + ow] = T(best);
+          ap[q * on + oh * wo + ow] = at;
         }
+      }
+    }
   });
   if constexpr (is_floating_v<T>) {
     if (GradMode::is_enabled() && x.requires_grad())

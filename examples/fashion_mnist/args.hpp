@@ -1,0 +1,81 @@
+#pragma once
+// Command-line options of the Fashion-MNIST example; a bad argument throws ArgsError with the reason.
+#include <charconv>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace fashion_mnist {
+
+struct ArgsError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct Args {
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string out_dir = "fashion_mnist_out";  // checkpoint.safetensors and curves.svg
+  int epochs = 3;
+  int threads = 0;  // 0: every core
+  int workers = 1;  // data-loading threads
+  int64_t batch_size = 64;
+  double lr = 2e-3;  // OneCycle's peak
+  std::string schedule = "onecycle";  // or "constant"
+  uint64_t seed = 1;
+  int64_t limit_batches = 0;  // per epoch, 0: all (for quick runs and tests)
+  bool resume = false;
+  bool quiet = false;  // no progress bar, one line per epoch
+};
+
+inline constexpr const char* kUsage =
+    "usage: fashion_mnist [--epochs N] [--threads N] [--workers N] [--batch-size N] [--lr X]\n"
+    "                     [--schedule onecycle|constant] [--seed N] [--data DIR] [--out DIR]\n"
+    "                     [--limit-batches N] [--resume] [--quiet]\n"
+    "Trains a CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), evaluates on the test set and writes\n"
+    "a checkpoint each epoch (OUT/checkpoint.safetensors) and the curves (OUT/curves.svg).\n";
+
+template <class Number>
+Number parse_number(std::string_view flag, std::string_view text, Number low) {
+  Number value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || value < low)
+    throw ArgsError(std::string(flag) + " expects a number of at least " + std::to_string(low) + ", got \"" +
+                    std::string(text) + "\"");
+  return value;
+}
+
+inline Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw ArgsError(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--epochs") a.epochs = parse_number<int>(flag, value(), 1);
+    else if (flag == "--threads") a.threads = parse_number<int>(flag, value(), 1);
+    else if (flag == "--workers") a.workers = parse_number<int>(flag, value(), 0);
+    else if (flag == "--batch-size") a.batch_size = parse_number<int64_t>(flag, value(), 1);
+    else if (flag == "--lr") {
+      const std::string text(value());
+      char* end = nullptr;
+      a.lr = std::strtod(text.c_str(), &end);
+      if (end != text.c_str() + text.size() || !(a.lr > 0 && a.lr < 10))
+        throw ArgsError("--lr expects a number in (0, 10), got \"" + text + "\"");
+    } else if (flag == "--schedule") {
+      a.schedule = value();
+      if (a.schedule != "onecycle" && a.schedule != "constant")
+        throw ArgsError("--schedule expects onecycle or constant, got \"" + a.schedule + "\"");
+    } else if (flag == "--seed") a.seed = parse_number<uint64_t>(flag, value(), 0);
+    else if (flag == "--data") a.data_dir = value();
+    else if (flag == "--out") a.out_dir = value();
+    else if (flag == "--limit-batches") a.limit_batches = parse_number<int64_t>(flag, value(), 1);
+    else if (flag == "--resume") a.resume = true;
+    else if (flag == "--quiet") a.quiet = true;
+    else throw ArgsError("unknown argument \"" + std::string(flag) + "\"");
+  }
+  return a;
+}
+
+}  // namespace fashion_mnist
