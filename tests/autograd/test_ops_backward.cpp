@@ -91,6 +91,10 @@ TEST_CASE("matmul, mm and bmm backward pass gradcheck, with broadcast batch dims
   check_pair("mm of a transposed view", {4, 3}, {4, 2}, [](const Inputs& in) { return mm(in[0].t(), in[1]); });
   check_pair("bmm", {2, 3, 4}, {2, 4, 2}, [](const Inputs& in) { return bmm(in[0], in[1]); });
   check_pair("matmul broadcast", {2, 1, 3, 4}, {3, 4, 2}, [](const Inputs& in) { return matmul(in[0], in[1]); });
+  // An operand broadcast over the whole batch (its gradient accumulates the batch's products).
+  check_pair("matmul shared first operand", {1, 3, 4}, {5, 2, 4, 6}, [](const Inputs& in) { return matmul(in[0], in[1]); });
+  check_pair("matmul shared 2-d first operand", {3, 4}, {2, 4, 5}, [](const Inputs& in) { return matmul(in[0], in[1]); });
+  check_pair("matmul shared second operand", {2, 3, 3, 4}, {4, 2}, [](const Inputs& in) { return matmul(in[0], in[1]); });
   check_pair("matmul 1-d x 2-d", {4}, {4, 3}, [](const Inputs& in) { return matmul(in[0], in[1]); });
   check_pair("matmul 2-d x 1-d", {3, 4}, {4}, [](const Inputs& in) { return matmul(in[0], in[1]); });
   check_pair("dot", {5}, {5}, [](const Inputs& in) { return matmul(in[0], in[1]); });

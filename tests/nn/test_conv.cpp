@@ -36,7 +36,7 @@ double direct(const Tensor<double>& x, const Tensor<double>& wt, const Tensor<do
 }  // namespace
 
 TEST_CASE("conv2d equals a direct convolution, and its gradients pass gradcheck") {
-  for (const Case c : {Case{2, 3, 7, 6, 4, 3, 1, 1, 1, 1}, Case{1, 4, 9, 9, 6, 3, 2, 0, 1, 2},
+  for (const Case& c : {Case{2, 3, 7, 6, 4, 3, 1, 1, 1, 1}, Case{1, 4, 9, 9, 6, 3, 2, 0, 1, 2},
                        Case{2, 2, 8, 7, 2, 2, 1, 2, 2, 1}, Case{1, 4, 5, 5, 4, 1, 1, 0, 1, 4}}) {
     const Tensor<double> x = sample({c.n, c.cin, c.h, c.w}, 1), wt = sample({c.cout, c.cin / c.groups, c.k, c.k}, 2),
                          b = sample({c.cout}, 3);

@@ -83,6 +83,20 @@ TEST_CASE("batch_norm: batch statistics in training, running statistics updated 
       {x, sample({2}, 7), sample({2}, 8)});
   INFO(r.message);
   CHECK(r.ok);
+  // 4-d input (planes of several values), with a weight only and with no affine at all.
+  const auto r4 = autograd::gradcheck(
+      [](const Inputs& v) { return F::batch_norm(v[0], Tensor<double>(), Tensor<double>(), v[1], Tensor<double>(), true); },
+      {sample({3, 2, 2, 3}, 9), sample({2}, 10)});
+  INFO(r4.message);
+  CHECK(r4.ok);
+  const auto bare = autograd::gradcheck(
+      [](const Inputs& v) { return F::batch_norm(v[0], Tensor<double>(), Tensor<double>(), {}, {}, true); },
+      {sample({5, 3, 2}, 11)});
+  INFO(bare.message);
+  CHECK(bare.ok);
+  CHECK(F::batch_norm(sample({4, 2, 3}, 6), Tensor<double>(), Tensor<double>(), {}, {}, true).grad_fn() == nullptr);
+  CHECK(F::batch_norm(sample({4, 2, 3}, 6).requires_grad_(), Tensor<double>(), Tensor<double>(), {}, {}, true)
+            .grad_fn()->name() == "NativeBatchNormBackward");
 }
 
 TEST_CASE("BatchNorm2d module: buffers, train/eval, num_batches_tracked; LayerNorm and GroupNorm modules") {

@@ -9,6 +9,7 @@
 #include "kiln/autograd/meta.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/cpu/loop_plan.hpp"
+#include "kiln/cpu/partial_sum.hpp"
 
 namespace kiln::autograd {
 
@@ -122,18 +123,6 @@ inline std::vector<SumSegment> sum_segments(const Shape& g, const Shape& target)
   return segs;
 }
 
-// The sum of n values in double, with independent partial sums (the loop is bound by add latency
-// otherwise); a fixed order.
-template <class T>
-double sum_run(const T* p, int64_t n) {
-  double part[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) part[k] += double(compute_t<T>(p[i + k]));
-  for (; i < n; ++i) part[0] += double(compute_t<T>(p[i]));
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
-
 }  // namespace detail
 
 // The gradient g (of a broadcast result) summed to `target`, the shape that was broadcast: over
@@ -163,7 +152,7 @@ inline ImplPtr sum_to_shape(const ImplPtr& g_in, const Shape& target) {
         double* a = acc.data() + acc_base;
         for (int64_t i = 0; i < inner.size; ++i) a[i] += double(compute_t<T>(p[i]));
       } else {
-        acc[size_t(acc_base)] += detail::sum_run(p, inner.size);
+        acc[size_t(acc_base)] += cpu::partial_sum(inner.size, [p](int64_t i) { return double(compute_t<T>(p[i])); });
       }
       for (size_t d = outer_rank; d-- > 0;) {  // the odometer over the outer segments
         acc_base += segs[d].acc_stride;

@@ -1,9 +1,11 @@
 #pragma once
 // Normalization: layer_norm, group_norm, batch_norm (functional, any floating dtype) and the LayerNorm,
 // GroupNorm, BatchNorm1d / BatchNorm2d modules, as torch.nn's. Composed from kiln's differentiable
-// reductions and fused expressions, so the backward comes with them.
+// reductions and fused expressions, so the backward comes with them; training-mode batch norm, the hot
+// one in CNNs, is its own node (nn/batch_norm_kernel.hpp).
 #include <optional>
 
+#include "kiln/nn/batch_norm_kernel.hpp"
 #include "kiln/nn/module.hpp"
 #include "kiln/tensor/factory.hpp"
 #include "kiln/tensor/reduce.hpp"
@@ -70,21 +72,19 @@ Tensor<T> batch_norm(const Tensor<T>& x, Tensor<T> running_mean, Tensor<T> runni
   check<ShapeError>(x.dim() >= 2, "batch_norm: input must have a channel dim 1, got shape ", x.shape());
   const int64_t c = x.size(1);
   const Shape cs = detail::channel_shape(c, x.dim());
-  Dims dims;
-  for (int d = 0; d < x.dim(); ++d)
-    if (d != 1) dims.push_back(d);
   if (training) {
     const int64_t count = x.numel() / c;
     check<std::invalid_argument>(count > 1, "batch_norm: expected more than 1 value per channel in training, got input ",
                                  x.shape());
-    const Tensor<T> mu = mean(x, dims, true);
-    const Tensor<T> var_ = var(x, dims, 0.0, true);
+    std::vector<double> batch_mean, batch_var;
+    Tensor<T> y = detail::batch_norm_training(x, weight, bias, eps, batch_mean, batch_var);
     if (running_mean.defined() && running_var.defined()) {
       NoGradGuard no_grad;
-      running_mean.copy_(running_mean * (1 - momentum) + mu.detach().reshape({c}) * momentum);
-      running_var.copy_(running_var * (1 - momentum) + var_.detach().reshape({c}) * (momentum * double(count) / double(count - 1)));
+      const Tensor<T> mu = tensor(batch_mean).template to<T>(), var_ = tensor(batch_var).template to<T>();
+      running_mean.copy_(running_mean * (1 - momentum) + mu * momentum);
+      running_var.copy_(running_var * (1 - momentum) + var_ * (momentum * double(count) / double(count - 1)));
     }
-    return detail::affine(Tensor<T>((x - mu) / sqrt(var_ + eps)), weight, bias, cs);
+    return y;
   }
   check<std::invalid_argument>(running_mean.defined() && running_var.defined(),
                                "batch_norm: evaluation needs running_mean and running_var");

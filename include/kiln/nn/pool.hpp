@@ -169,35 +169,63 @@ Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::arr
   // and emits conditional moves, not branches that random data mispredicts.
   const int64_t h = win.h, w = win.w, ho = win.ho, wo = win.wo, kh = kernel[0], kw = kernel[1];
   const int64_t sh = stride[0], sw = stride[1], ph = padding[0], pw = padding[1], dh = dilation[0], dw = dilation[1];
-  cpu::parallel_for(planes, on * kh * kw, 1, [=](int64_t b, int64_t e) {
-    for (int64_t q = b; q < e; ++q) {
-      const T* plane = xp + q * in;
-      for (int64_t oh = 0; oh < ho; ++oh) {
-        int64_t i0, i1;
-        taps(oh, sh, ph, dh, kh, h, i0, i1);
-        for (int64_t ow = 0; ow < wo; ++ow) {
-          int64_t j0, j1;
-          taps(ow, sw, pw, dw, kw, w, j0, j1);
-          compute_t<T> best = -std::numeric_limits<compute_t<T>>::infinity();
-          int64_t at = (oh * sh - ph + i0 * dh) * w + ow * sw - pw + j0 * dw;
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t r = (oh * sh - ph + i * dh) * w;
-            for (int64_t j = j0; j < j1; ++j) {
-              const int64_t c = r + ow * sw - pw + j * dw;
-              const compute_t<T> v = plane[c];
-              // Greater, or NaN: a NaN wins and stays (best == best fails once best is NaN), as PyTorch's;
-              // row-major tap order keeps the first maximum.
-              const bool take = !(v <= best) & (best == best);
-              best = take ? v : best;
-              at = take ? c : at;
+  // The common 2x2 window, stride 2, no padding or dilation: the four taps by hand, every select a
+  // conditional move (the general loop's compiler-chosen branches mispredict on random data).
+  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1 &&
+      std::is_same_v<compute_t<T>, T>) {
+    cpu::parallel_for(planes, on * 4, 1, [=](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q)
+        for (int64_t oh = 0; oh < ho; ++oh) {
+          const T* r0 = xp + q * in + 2 * oh * w;
+          T* o = op + q * on + oh * wo;
+          int64_t* a = ap + q * on + oh * wo;
+          for (int64_t ow = 0; ow < wo; ++ow) {
+            const int64_t c = 2 * oh * w + 2 * ow;
+            const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r0[w + 2 * ow], r0[w + 2 * ow + 1]};
+            const int64_t idx[4] = {c, c + 1, c + w, c + w + 1};
+            T best = v[0];
+            int64_t at = idx[0];
+            for (int k = 1; k < 4; ++k) {
+              const int take = int(!(v[k] <= best)) & int(best == best);  // greater, or the first NaN
+              best = take ? v[k] : best;
+              at = take ? idx[k] : at;
             }
+            o[ow] = best;
+            a[ow] = at;
           }
-          op[q * on + oh * wo + ow] = T(best);
-          ap[q * on + oh * wo + ow] = at;
+        }
+    });
+  } else {
+    cpu::parallel_for(planes, on * kh * kw, 1, [=](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q) {
+        const T* plane = xp + q * in;
+        for (int64_t oh = 0; oh < ho; ++oh) {
+          int64_t i0, i1;
+          taps(oh, sh, ph, dh, kh, h, i0, i1);
+          for (int64_t ow = 0; ow < wo; ++ow) {
+            int64_t j0, j1;
+            taps(ow, sw, pw, dw, kw, w, j0, j1);
+            compute_t<T> best = -std::numeric_limits<compute_t<T>>::infinity();
+            int64_t at = (oh * sh - ph + i0 * dh) * w + ow * sw - pw + j0 * dw;
+            for (int64_t i = i0; i < i1; ++i) {
+              const int64_t r = (oh * sh - ph + i * dh) * w;
+              for (int64_t j = j0; j < j1; ++j) {
+                const int64_t c = r + ow * sw - pw + j * dw;
+                const compute_t<T> v = plane[c];
+                // Greater, or NaN: a NaN wins and stays (best == best fails once best is NaN), as PyTorch's;
+                // row-major tap order keeps the first maximum.
+                const bool take = !(v <= best) & (best == best);
+                best = take ? v : best;
+                at = take ? c : at;
+              }
+            }
+            op[q * on + oh * wo + ow] = T(best);
+            ap[q * on + oh * wo + ow] = at;
+          }
         }
       }
-    }
-  });
+    });
+  }
   if constexpr (is_floating_v<T>) {
     if (GradMode::is_enabled() && x.requires_grad())
       autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd_nodes::MaxPoolBackward<T>>(x.impl_ptr(), argmax);

@@ -109,12 +109,31 @@ struct MatmulBackward : Node {
     NoGradGuard no_grad;
     const Tensor<T> g(grads[0]), a(a_.unpack(*this)), b(b_.unpack(*this));
     GradList out(2);
-    if (next_edges[0].valid()) out[0] = sum_to_shape(matmul(g, b.transpose(-1, -2)).impl_ptr(), a.shape());
-    if (next_edges[1].valid()) out[1] = sum_to_shape(matmul(a.transpose(-1, -2), g).impl_ptr(), b.shape());
+    if (next_edges[0].valid()) out[0] = product_summed_to(g, b.transpose(-1, -2), a.shape());
+    if (next_edges[1].valid()) out[1] = product_summed_to(a.transpose(-1, -2), g, b.shape());
     return out;
   }
 
  private:
+  // x @ y summed over the batch dims to `target`. When target has no batch extent (an operand broadcast
+  // over the whole batch, as a convolution's weight) and x and y share their batch shape, the products
+  // accumulate into one result (gemm_batched with a zero C batch stride) instead of materializing a
+  // batch of them and summing.
+  static ImplPtr product_summed_to(const Tensor<T>& x, const Tensor<T>& y, const Shape& target) {
+    const int64_t m = x.size(-2), n = y.size(-1), k = x.size(-1);
+    const bool flat_target = numel_of(target) == m * n && target.size() >= 2 && target[target.size() - 2] == m;
+    if (x.dim() >= 3 && x.dim() == y.dim() && flat_target && x.numel() > 0 && y.numel() > 0 &&
+        std::equal(x.shape().begin(), x.shape().end() - 2, y.shape().begin())) {
+      const int64_t batch = x.numel() / std::max<int64_t>(m * k, 1);
+      const Tensor<T> x3 = x.reshape({batch, m, k}), y3 = y.reshape({batch, k, n});
+      Tensor<T> c = empty<T>({m, n});
+      cpu::gemm_batched<T>(batch, m, n, k, x3.data_ptr(), x3.stride(0), x3.stride(1), x3.stride(2), y3.data_ptr(),
+                           y3.stride(0), y3.stride(1), y3.stride(2), c.data_ptr(), 0, n, 1);
+      return c.reshape(target).impl_ptr();
+    }
+    return sum_to_shape(matmul(x, y).impl_ptr(), target);
+  }
+
   SavedTensor a_, b_;
   const char* kind_;
 };
