@@ -178,3 +178,17 @@ TEST_CASE("sum_to_shape sums a broadcast gradient over the leading and the size-
     }
   CHECK_THROWS_AS(autograd::sum_to_shape(g.impl_ptr(), {2, 4, 5}), ShapeError);
 }
+
+TEST_CASE("a reshape passes its gradient through without a copy, and accumulation never writes into a shared one") {
+  Tensor<float> x = randn<float>({2, 3}).requires_grad_();
+  // The add's gradient reaches x twice: directly and through two reshapes that hand it on as a view.
+  Tensor<float> z = Tensor<float>(x.reshape({3, 2}).reshape({2, 3}) + x);
+  const Tensor<float> g = full<float>({2, 3}, 1.5f);
+  z.backward(g, /*retain_graph=*/true);
+  for (int64_t i = 0; i < 6; ++i) CHECK(x.grad().contiguous().data_ptr()[i] == 3.0f);
+  z.backward(g);
+  for (int64_t i = 0; i < 6; ++i) {
+    CHECK(x.grad().contiguous().data_ptr()[i] == 6.0f);
+    CHECK(g.data_ptr()[i] == 1.5f);  // the caller's gradient is untouched
+  }
+}

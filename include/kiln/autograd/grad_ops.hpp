@@ -49,8 +49,8 @@ inline ImplPtr copy_gradient(const TensorImpl& g) {
   return out;
 }
 
-// a + b for gradients of one shape and dtype (null is zero); reuses a's memory when a is the only
-// handle to it.
+// a + b for gradients of one shape and dtype (null is zero); reuses a's memory when nothing else
+// refers to it (neither another handle to a nor a view of its storage, as a reshaped gradient is).
 inline ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
   if (!a) return b;
   if (!b) return a;
@@ -58,7 +58,7 @@ inline ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
                     " meet at one tensor");
   check(a->dtype == b->dtype, "backward: gradients of dtypes ", dtype_name(a->dtype), " and ", dtype_name(b->dtype),
         " cannot be added");
-  ImplPtr sum = a.use_count() == 1 && a->is_contiguous() ? a : copy_gradient(*a);
+  ImplPtr sum = a.use_count() == 1 && a->storage.use_count() == 1 && a->is_contiguous() ? a : copy_gradient(*a);
   const ImplPtr other = b->is_contiguous() ? b : copy_gradient(*b);
   with_gradient_type(sum->dtype, [&](auto tag) {
     using T = decltype(tag);
