@@ -91,3 +91,19 @@ TEST_CASE("pooling gradients pass gradcheck; modules") {
   CHECK(ap(in).shape() == Shape{4, 8, 14, 14});
   CHECK(gap(in).shape() == Shape{4, 8, 1, 1});
 }
+
+TEST_CASE("max_pool2d: a NaN wins its window and ties go to the first maximum, on the 2x2 fast path and the general one") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // One 2x4 plane: window 0 holds a NaN after a larger value, window 1 a tie between its 2nd and 4th taps.
+  const Tensor<float> x = tensor<float>({1, 5, 7, 3, nan, 2, 1, 7}).reshape({1, 1, 2, 4});
+  for (const bool fast : {true, false}) {
+    INFO((fast ? "2x2 stride 2" : "general loop (stride {1, 2}: the same two windows of a 2-row plane)"));
+    Tensor<float> xg = x.clone().requires_grad_();
+    const Tensor<float> y = fast ? F::max_pool2d(xg, {2, 2}) : F::max_pool2d(xg, {2, 2}, {1, 2});
+    CHECK(std::isnan(y.contiguous().data_ptr()[0]));
+    CHECK(y.contiguous().data_ptr()[1] == 7.0f);
+    sum(y).backward();
+    const std::vector<float> g = xg.grad().contiguous().to_vector();
+    CHECK(g == std::vector<float>{0, 0, 1, 0, 1, 0, 0, 0});  // the NaN's place and the first 7
+  }
+}

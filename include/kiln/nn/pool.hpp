@@ -4,6 +4,7 @@
 // AdaptiveAvgPool2d modules. Direct loops over each (sample, channel) plane, threaded; max pooling saves
 // the argmax of each window for its backward.
 #include <array>
+#include <bit>
 #include <limits>
 
 #include "kiln/cpu/parallel.hpp"
@@ -169,10 +170,10 @@ Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::arr
   // and emits conditional moves, not branches that random data mispredicts.
   const int64_t h = win.h, w = win.w, ho = win.ho, wo = win.wo, kh = kernel[0], kw = kernel[1];
   const int64_t sh = stride[0], sw = stride[1], ph = padding[0], pw = padding[1], dh = dilation[0], dw = dilation[1];
-  // The common 2x2 window, stride 2, no padding or dilation: the four taps by hand, every select a
-  // conditional move (the general loop's compiler-chosen branches mispredict on random data).
+  // The common 2x2 window, stride 2, no padding or dilation: the four taps by hand.
   if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1 &&
       std::is_same_v<compute_t<T>, T>) {
+    using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
     cpu::parallel_for(planes, on * 4, 1, [=](int64_t b, int64_t e) {
       for (int64_t q = b; q < e; ++q)
         for (int64_t oh = 0; oh < ho; ++oh) {
@@ -183,14 +184,16 @@ Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::arr
             const int64_t c = 2 * oh * w + 2 * ow;
             const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r0[w + 2 * ow], r0[w + 2 * ow + 1]};
             const int64_t idx[4] = {c, c + 1, c + w, c + w + 1};
-            T best = v[0];
+            Bits best = std::bit_cast<Bits>(v[0]);
             int64_t at = idx[0];
             for (int k = 1; k < 4; ++k) {
-              const int take = int(!(v[k] <= best)) & int(best == best);  // greater, or the first NaN
-              best = take ? v[k] : best;
-              at = take ? idx[k] : at;
+              const T current = std::bit_cast<T>(best);
+              // Greater, or the first NaN; the selects are masks, so no branch is left to mispredict.
+              const int64_t take = -int64_t(int(!(v[k] <= current)) & int(current == current));
+              best ^= (best ^ std::bit_cast<Bits>(v[k])) & Bits(take);
+              at ^= (at ^ idx[k]) & take;
             }
-            o[ow] = best;
+            o[ow] = std::bit_cast<T>(best);
             a[ow] = at;
           }
         }
