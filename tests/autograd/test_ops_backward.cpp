@@ -95,6 +95,8 @@ TEST_CASE("matmul, mm and bmm backward pass gradcheck, with broadcast batch dims
   check_pair("matmul shared first operand", {1, 3, 4}, {5, 2, 4, 6}, [](const Inputs& in) { return matmul(in[0], in[1]); });
   check_pair("matmul shared 2-d first operand", {3, 4}, {2, 4, 5}, [](const Inputs& in) { return matmul(in[0], in[1]); });
   check_pair("matmul shared second operand", {2, 3, 3, 4}, {4, 2}, [](const Inputs& in) { return matmul(in[0], in[1]); });
+  // A transposed second operand (Linear's x @ w.t()): its gradient is computed in the transposed layout.
+  check_pair("matmul x @ w.t()", {3, 4}, {5, 4}, [](const Inputs& in) { return matmul(in[0], in[1].t()); });
   check_pair("matmul 1-d x 2-d", {4}, {4, 3}, [](const Inputs& in) { return matmul(in[0], in[1]); });
   check_pair("matmul 2-d x 1-d", {3, 4}, {4}, [](const Inputs& in) { return matmul(in[0], in[1]); });
   check_pair("dot", {5}, {5}, [](const Inputs& in) { return matmul(in[0], in[1]); });

@@ -24,9 +24,10 @@ struct ViewBackward : Node {
   GradList apply(GradList&& grads) override {
     const ImplPtr& g = grads.at(0);
     if (!g) return {nullptr};
-    // A reshape of a whole contiguous tensor: the gradient is the incoming one, read in the base's shape.
-    if (base_->is_contiguous() && g->is_contiguous() && view_offset_ == base_->offset &&
-        numel_of(view_shape_) == base_->numel() && base_->view_as(view_shape_, view_strides_, view_offset_)->is_contiguous())
+    // A view of a whole contiguous base (a reshape, a transpose) whose gradient arrives laid out exactly as
+    // the view is: its memory is already the base's gradient, read in the base's shape.
+    if (base_->is_contiguous() && view_offset_ == base_->offset && numel_of(view_shape_) == base_->numel() &&
+        g->shape == view_shape_ && g->strides == view_strides_)
       return {g->view_as(base_->shape, contiguous_strides(base_->shape), g->offset)};
     // Every element of a broadcast dim (stride 0, size > 1) maps to one element of the base.
     Shape summed = view_shape_;
