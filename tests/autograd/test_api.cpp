@@ -192,3 +192,17 @@ TEST_CASE("a reshape passes its gradient through without a copy, and accumulatio
     CHECK(g.data_ptr()[i] == 1.5f);  // the caller's gradient is untouched
   }
 }
+
+TEST_CASE("the gradient of a permuted or transposed whole tensor is laid back out in the base's order") {
+  Tensor<double> x = randn<double>({2, 3, 4}).requires_grad_();
+  const Tensor<double> w = randn<double>({4, 2, 3});
+  sum(x.permute({2, 0, 1}) * w).backward();
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t c = 0; c < 4; ++c) CHECK(x.grad()[a][b][c].item() == w[c][a][b].item());
+  Tensor<double> m = randn<double>({3, 5}).requires_grad_();
+  const Tensor<double> v = randn<double>({5, 3});
+  sum(m.t() * v * 2.0).backward();
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 5; ++j) CHECK(m.grad()[i][j].item() == 2 * v[j][i].item());
+}

@@ -4,7 +4,10 @@
 // gradient is summed over the view's broadcast (stride-0) dims, written into a zeroed buffer laid
 // out like the base's storage at the view's place, and read back in the base's shape. Type-erased:
 // one node class for every dtype.
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "kiln/autograd/engine.hpp"
 
@@ -29,6 +32,14 @@ struct ViewBackward : Node {
     if (base_->is_contiguous() && view_offset_ == base_->offset && numel_of(view_shape_) == base_->numel() &&
         g->shape == view_shape_ && g->strides == view_strides_)
       return {g->view_as(base_->shape, contiguous_strides(base_->shape), g->offset)};
+    // A permutation of a whole contiguous base (permute, transpose): every base element once, so one
+    // strided copy into a fresh base-shaped gradient (no zeroed buffer, no second copy).
+    if (base_->is_contiguous() && view_offset_ == base_->offset && numel_of(view_shape_) == base_->numel() &&
+        covers_once(view_shape_, view_strides_)) {
+      const ImplPtr out = TensorImpl::allocate(base_->shape, g->dtype, "backward");
+      copy_elements(*out->view_as(view_shape_, view_strides_, 0), *g);
+      return {out};
+    }
     // Every element of a broadcast dim (stride 0, size > 1) maps to one element of the base.
     Shape summed = view_shape_;
     for (int i = 0; i < summed.size(); ++i)
@@ -48,6 +59,20 @@ struct ViewBackward : Node {
   }
 
  private:
+  // The strides, sorted, are those of a contiguous tensor of these sizes in some order of dims.
+  static bool covers_once(const Shape& shape, const Strides& strides) {
+    std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+    for (int i = 0; i < shape.size(); ++i)
+      if (shape[i] > 1) dims.emplace_back(strides[i], shape[i]);
+    std::sort(dims.begin(), dims.end());
+    int64_t expected = 1;
+    for (auto [stride, size] : dims) {
+      if (stride != expected) return false;
+      expected *= size;
+    }
+    return true;
+  }
+
   ImplPtr base_;
   Shape view_shape_;
   Strides view_strides_;
