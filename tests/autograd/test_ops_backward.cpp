@@ -9,16 +9,11 @@
 #include "kiln/tensor/linalg.hpp"
 #include "kiln/tensor/random.hpp"
 #include "kiln/tensor/softmax.hpp"
+#include "gradcheck_inputs.hpp"
 
 using namespace kiln;
-
-namespace {
-Tensor<double> sample(const Shape& shape, uint64_t seed) {
-  Generator gen(seed);
-  return Tensor<double>(randn<double>(shape, &gen));
-}
-using Inputs = std::vector<Tensor<double>>;
-}  // namespace
+using kiln::testing::Inputs;
+using kiln::testing::sample;
 
 TEST_CASE("sum and mean of an expression record one node and pass gradcheck") {
   const Tensor<double> a = sample({3, 4}, 1), b = sample({4}, 2);

@@ -5,16 +5,14 @@
 #include "kiln/autograd/gradcheck.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/tensor/random.hpp"
+#include "../autograd/gradcheck_inputs.hpp"
 
 using namespace kiln;
+using kiln::testing::Inputs;
+using kiln::testing::sample;
 namespace F = kiln::nn::functional;
 
 namespace {
-Tensor<double> sample(const Shape& shape, uint64_t seed) {
-  Generator gen(seed);
-  return Tensor<double>(randn<double>(shape, &gen));
-}
-using Inputs = std::vector<Tensor<double>>;
 
 struct Case {
   int64_t n, cin, h, w, cout, k, stride, pad, dil, groups;

@@ -7,16 +7,14 @@
 #include "kiln/autograd/gradcheck.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/tensor/random.hpp"
+#include "../autograd/gradcheck_inputs.hpp"
 
 using namespace kiln;
+using kiln::testing::Inputs;
+using kiln::testing::sample;
 namespace F = kiln::nn::functional;
 
 namespace {
-Tensor<double> sample(const Shape& shape, uint64_t seed) {
-  Generator gen(seed);
-  return Tensor<double>(randn<double>(shape, &gen));
-}
-using Inputs = std::vector<Tensor<double>>;
 
 // Normalizes values[i] for i in idx (biased variance).
 void check_normalized(const std::vector<double>& got, const std::vector<double>& in, const std::vector<int64_t>& idx,

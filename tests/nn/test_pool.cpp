@@ -7,17 +7,12 @@
 #include "kiln/autograd/gradcheck.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/tensor/random.hpp"
+#include "../autograd/gradcheck_inputs.hpp"
 
 using namespace kiln;
+using kiln::testing::Inputs;
+using kiln::testing::sample;
 namespace F = kiln::nn::functional;
-
-namespace {
-Tensor<double> sample(const Shape& shape, uint64_t seed) {
-  Generator gen(seed);
-  return Tensor<double>(randn<double>(shape, &gen));
-}
-using Inputs = std::vector<Tensor<double>>;
-}  // namespace
 
 TEST_CASE("max_pool2d and avg_pool2d: values per window, padding, dilation, count_include_pad") {
   const Tensor<double> x = sample({2, 3, 7, 6}, 1);
