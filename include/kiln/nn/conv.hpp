@@ -4,6 +4,7 @@
 // output position's receptive field into columns) followed by kiln's batched GEMM; im2col's backward is
 // col2im (the scatter-add of the columns' gradient), and the GEMM and the bias record their own
 // backward, so input, weight and bias all get gradients.
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -48,15 +49,18 @@ void im2col_loop(T* x, T* cols, int64_t n, int64_t c, int64_t h, int64_t w, int6
                 for (int64_t ow = 0; ow < wo; ++ow) out[ow] = T(0);
               continue;
             }
-            const T* in_row = plane + ih * w;
-            for (int64_t ow = 0; ow < wo; ++ow) {
-              const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-              const bool inside = iw >= 0 && iw < w;
-              if constexpr (kScatter) {
-                if (inside) plane[ih * w + iw] += out[ow];
-              } else {
-                out[ow] = inside ? in_row[iw] : T(0);
-              }
+            // Output columns ow in [lo, hi) read inside the row (iw = ow * sw + shift): the loops have no
+            // per-element test, and with stride 1 they are contiguous copies / adds the compiler vectorizes.
+            T* in_row = plane + ih * w;
+            const int64_t shift = j * g.dw - g.pw;
+            const int64_t lo = std::min(wo, shift >= 0 ? 0 : (-shift + g.sw - 1) / g.sw);
+            const int64_t hi = std::max(lo, std::min(wo, w - shift <= 0 ? 0 : (w - shift + g.sw - 1) / g.sw));
+            if constexpr (kScatter) {
+              for (int64_t ow = lo; ow < hi; ++ow) in_row[ow * g.sw + shift] += out[ow];
+            } else {
+              for (int64_t ow = 0; ow < lo; ++ow) out[ow] = T(0);
+              for (int64_t ow = lo; ow < hi; ++ow) out[ow] = in_row[ow * g.sw + shift];
+              for (int64_t ow = hi; ow < wo; ++ow) out[ow] = T(0);
             }
           }
         }
