@@ -97,9 +97,12 @@ int run(const Args& args) {
   int start_epoch = 0;
   if (args.resume) {
     const io::Checkpoint ckpt = io::Checkpoint::load(checkpoint_path);
-    check(ckpt.scalar<int64_t>("config.total_steps") == total_steps &&
-              ckpt.scalar<int64_t>("config.batch_size") == args.batch_size,
-          checkpoint_path.string(), ": saved by a run with other --epochs, --batch-size or --limit-batches");
+    check(ckpt.scalar<int64_t>("config.batch_size") == args.batch_size, checkpoint_path.string(),
+          ": saved by a run with another --batch-size");
+    // A one-cycle schedule's length is part of the run; a constant learning rate can go on for more epochs.
+    check(!schedule || ckpt.scalar<int64_t>("config.total_steps") == total_steps, checkpoint_path.string(),
+          ": saved by a run with other --epochs or --limit-batches; a one-cycle schedule resumes only with the same"
+          " (or train with --schedule constant)");
     net->load_state_dict(ckpt.section<float>("model"));
     opt.load_state_dict(ckpt.section("optimizer"));
     if (schedule) schedule->load_state_dict(ckpt.section("scheduler"));
