@@ -60,19 +60,24 @@ void per_channel_affine(const ChannelPlanes& l, const T* x, const std::vector<do
   });
 }
 
+// Per channel: the sum of its values in double.
 template <class T>
+std::vector<double> channel_sums(const ChannelPlanes& l, const T* x) {
+  return per_channel(l, [&](int64_t i, int64_t ch) {
+    const T* p = ChannelPlanes::at(x, l, i, ch);
+    return cpu::partial_sum(l.plane, [p](int64_t j) { return double(compute_t<T>(p[j])); });
+  });
+}
+
 struct BatchNormStats {
   std::vector<double> mean, var;  // biased variance
 };
 
 template <class T>
-BatchNormStats<T> batch_norm_stats(const ChannelPlanes& l, const T* x) {
-  BatchNormStats<T> s;
+BatchNormStats batch_norm_stats(const ChannelPlanes& l, const T* x) {
+  BatchNormStats s;
   const double m = double(l.count());
-  s.mean = per_channel(l, [&](int64_t i, int64_t ch) {
-    const T* p = ChannelPlanes::at(x, l, i, ch);
-    return cpu::partial_sum(l.plane, [p](int64_t j) { return double(compute_t<T>(p[j])); });
-  });
+  s.mean = channel_sums(l, x);
   for (double& v : s.mean) v /= m;
   s.var = per_channel(l, [&](int64_t i, int64_t ch) {
     const T* p = ChannelPlanes::at(x, l, i, ch);
@@ -109,10 +114,7 @@ struct BatchNormBackward : autograd::Node {
     const ChannelPlanes l(x.shape());
     const T* xp = x.data_ptr();
     const T* gp = g.data_ptr();
-    const std::vector<double> sum_g = functional::detail::per_channel(l, [&](int64_t i, int64_t ch) {
-      const T* p = ChannelPlanes::at(gp, l, i, ch);
-      return cpu::partial_sum(l.plane, [p](int64_t j) { return double(compute_t<T>(p[j])); });
-    });
+    const std::vector<double> sum_g = functional::detail::channel_sums(l, gp);
     const std::vector<double> sum_gx = functional::detail::per_channel(l, [&](int64_t i, int64_t ch) {
       const T* p = ChannelPlanes::at(gp, l, i, ch);
       const T* q = ChannelPlanes::at(xp, l, i, ch);
@@ -153,10 +155,10 @@ namespace kiln::nn::functional::detail {
 // the running estimates.
 template <Dtype T>
 Tensor<T> batch_norm_training(const Tensor<T>& x_in, const Tensor<T>& weight, const Tensor<T>& bias, double eps,
-                              std::vector<double>& mean, std::vector<double>& var) {
+                              BatchNormStats& stats) {
   const Tensor<T> x = x_in.contiguous();
   const ChannelPlanes l(x.shape());
-  BatchNormStats<T> stats = batch_norm_stats(l, x.data_ptr());
+  stats = batch_norm_stats(l, x.data_ptr());
   auto values = [&](const Tensor<T>& t, double fallback) {
     std::vector<double> v(size_t(l.c), fallback);
     if (!t.defined()) return v;
@@ -179,8 +181,6 @@ Tensor<T> batch_norm_training(const Tensor<T>& x_in, const Tensor<T>& weight, co
   if (GradMode::is_enabled() && needs_grad)
     autograd::meta_of(y.impl_ptr()).grad_fn =
         std::make_shared<autograd_nodes::BatchNormBackward<T>>(x, weight, bias, std::move(w), stats.mean, invstd);
-  mean = std::move(stats.mean);
-  var = std::move(stats.var);
   return y;
 }
 

@@ -76,11 +76,11 @@ Tensor<T> batch_norm(const Tensor<T>& x, Tensor<T> running_mean, Tensor<T> runni
     const int64_t count = x.numel() / c;
     check<std::invalid_argument>(count > 1, "batch_norm: expected more than 1 value per channel in training, got input ",
                                  x.shape());
-    std::vector<double> batch_mean, batch_var;
-    Tensor<T> y = detail::batch_norm_training(x, weight, bias, eps, batch_mean, batch_var);
+    detail::BatchNormStats batch;
+    Tensor<T> y = detail::batch_norm_training(x, weight, bias, eps, batch);
     if (running_mean.defined() && running_var.defined()) {
       NoGradGuard no_grad;
-      const Tensor<T> mu = tensor(batch_mean).template to<T>(), var_ = tensor(batch_var).template to<T>();
+      const Tensor<T> mu = tensor(batch.mean).template to<T>(), var_ = tensor(batch.var).template to<T>();
       running_mean.copy_(running_mean * (1 - momentum) + mu * momentum);
       running_var.copy_(running_var * (1 - momentum) + var_ * (momentum * double(count) / double(count - 1)));
     }
