@@ -19,6 +19,9 @@ struct ViewBackward : Node {
         view_shape_(view->shape),
         view_strides_(view->strides),
         view_offset_(view->offset),
+        // A reshape, transpose or permute of a whole contiguous base: every base element exactly once.
+        covers_base_once_(base->is_contiguous() && view->offset == base->offset && view->numel() == base->numel() &&
+                          covers_once(view->shape, view->strides)),
         kind_(kind) {
     next_edges.push_back(gradient_edge(base));
   }
@@ -27,15 +30,12 @@ struct ViewBackward : Node {
   GradList apply(GradList&& grads) override {
     const ImplPtr& g = grads.at(0);
     if (!g) return {nullptr};
-    // A view of a whole contiguous base (a reshape, a transpose) whose gradient arrives laid out exactly as
-    // the view is: its memory is already the base's gradient, read in the base's shape.
-    if (base_->is_contiguous() && view_offset_ == base_->offset && numel_of(view_shape_) == base_->numel() &&
-        g->shape == view_shape_ && g->strides == view_strides_)
-      return {g->view_as(base_->shape, contiguous_strides(base_->shape), g->offset)};
-    // A permutation of a whole contiguous base (permute, transpose): every base element once, so one
-    // strided copy into a fresh base-shaped gradient (no zeroed buffer, no second copy).
-    if (base_->is_contiguous() && view_offset_ == base_->offset && numel_of(view_shape_) == base_->numel() &&
-        covers_once(view_shape_, view_strides_)) {
+    if (covers_base_once_) {
+      // The gradient laid out exactly as the view is (a reshape's, usually): its memory is already the
+      // base's gradient, read in the base's shape.
+      if (g->strides == view_strides_) return {g->view_as(base_->shape, contiguous_strides(base_->shape), g->offset)};
+      // Otherwise (a permute's, a transpose's) one strided copy into a fresh base-shaped gradient: no
+      // zeroed buffer, no second copy.
       const ImplPtr out = TensorImpl::allocate(base_->shape, g->dtype, "backward");
       copy_elements(*out->view_as(view_shape_, view_strides_, 0), *g);
       return {out};
@@ -77,6 +77,7 @@ struct ViewBackward : Node {
   Shape view_shape_;
   Strides view_strides_;
   int64_t view_offset_ = 0;
+  bool covers_base_once_;
   std::string kind_;
 };
 
