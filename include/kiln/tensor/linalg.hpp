@@ -110,7 +110,12 @@ struct MatmulBackward : Node {
     const Tensor<T> g(grads[0]), a(a_.unpack(*this)), b(b_.unpack(*this));
     GradList out(2);
     if (next_edges[0].valid()) out[0] = product_summed_to(g, b.transpose(-1, -2), a.shape());
-    if (next_edges[1].valid()) out[1] = column_major(b) ? product_in_layout_of(a, g, b) : product_summed_to(a.transpose(-1, -2), g, b.shape());
+    if (next_edges[1].valid()) {
+      // A column-major b (x @ w.t(), as Linear) gets (g^T a)^T: a^T g in b's own layout, which the
+      // transpose's backward then hands on without a copy.
+      out[1] = column_major(b) && a.dim() == 2 && g.dim() == 2 ? matmul(g.t(), a).t().impl_ptr()
+                                                               : product_summed_to(a.transpose(-1, -2), g, b.shape());
+    }
     return out;
   }
 
@@ -119,16 +124,6 @@ struct MatmulBackward : Node {
   static bool column_major(const Tensor<T>& b) {
     return b.dim() == 2 && b.size(0) > 1 && b.size(1) > 1 && b.stride(0) == 1 && b.stride(1) == b.size(0);
   }
-  // a^T @ g for a 2-d a and g, written column-major like b: the gradient is then the transpose of a
-  // contiguous matrix, which the transpose's backward hands on without a copy.
-  static ImplPtr product_in_layout_of(const Tensor<T>& a, const Tensor<T>& g, const Tensor<T>& b) {
-    if (a.dim() != 2 || g.dim() != 2) return product_summed_to(a.transpose(-1, -2), g, b.shape());
-    const int64_t k = b.size(0), n = b.size(1), m = a.size(0);
-    Tensor<T> gt = empty<T>({n, k});  // (a^T g)^T, contiguous
-    cpu::gemm<T>(k, n, m, a.data_ptr(), a.stride(1), a.stride(0), g.data_ptr(), g.stride(0), g.stride(1), gt.data_ptr(), 1, k);
-    return gt.t().impl_ptr();
-  }
-
   // x @ y summed over the batch dims to `target`. When target has no batch extent (an operand broadcast
   // over the whole batch, as a convolution's weight) and x and y share their batch shape, the products
   // accumulate into one result (gemm_batched with a zero C batch stride) instead of materializing a
