@@ -82,9 +82,8 @@ class Optimizer {
     std::map<std::string, AnyTensor> out;
     int64_t index = 0;
     for (size_t g = 0; g < groups_.size(); ++g) {
-      const std::string group = "param_groups." + std::to_string(g) + ".";
-      out.emplace(group + "lr", full<double>({}, groups_[g].options.lr()));
-      out.emplace(group + "initial_lr", full<double>({}, groups_[g].initial_lr));
+      out.emplace(group_key(g, "lr"), full<double>({}, groups_[g].options.lr()));
+      out.emplace(group_key(g, "initial_lr"), full<double>({}, groups_[g].initial_lr));
       for (const Tensor<T>& p : groups_[g].params) {
         const std::string prefix = "state." + std::to_string(index++) + ".";
         for (auto& [name, t] : param_state(p)) out.emplace(prefix + name, t);
@@ -99,9 +98,8 @@ class Optimizer {
     std::vector<ParamState> per_param(num_params());
     std::vector<double> lr(groups_.size()), initial_lr(groups_.size());
     for (size_t g = 0; g < groups_.size(); ++g) {
-      const std::string group = "param_groups." + std::to_string(g) + ".";
-      lr[g] = scalar_entry(state, group + "lr");
-      initial_lr[g] = scalar_entry(state, group + "initial_lr");
+      lr[g] = scalar_entry(state, group_key(g, "lr"));
+      initial_lr[g] = scalar_entry(state, group_key(g, "initial_lr"));
     }
     for (auto& [key, t] : state) {
       if (key.starts_with("param_groups.")) {
@@ -167,11 +165,12 @@ class Optimizer {
     return it->second.to(ScalarType::Double).template as<double>().reshape({}).item();
   }
   bool is_group_key(const std::string& key) const {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const std::string group = "param_groups." + std::to_string(g) + ".";
-      if (key == group + "lr" || key == group + "initial_lr") return true;
-    }
+    for (size_t g = 0; g < groups_.size(); ++g)
+      if (key == group_key(g, "lr") || key == group_key(g, "initial_lr")) return true;
     return false;
+  }
+  static std::string group_key(size_t group, const char* field) {
+    return "param_groups." + std::to_string(group) + "." + field;
   }
   static int64_t parse_index(const std::string& digits, const std::string& key) {
     check<std::invalid_argument>(!digits.empty() && digits.size() < 10 &&
