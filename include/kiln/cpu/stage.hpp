@@ -12,8 +12,10 @@
 #include <hwy/base.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/cpu/loop_plan.hpp"
@@ -56,6 +58,17 @@ void convert_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64
 
 template <size_t Bytes>
 void copy_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64_t n) {
+  // The two common shapes get loops the compiler vectorizes: a broadcast operand (a bias over the rows of
+  // a feature map: one value for the whole run) and a dense run on both sides.
+  using Word = std::conditional_t<Bytes == 1, uint8_t,
+                                  std::conditional_t<Bytes == 2, uint16_t, std::conditional_t<Bytes == 4, uint32_t, uint64_t>>>;
+  if (dstep == int64_t(Bytes) && sstep == 0) {
+    Word v;
+    std::memcpy(&v, src, Bytes);
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * Bytes, &v, Bytes);
+    return;
+  }
+  if (dstep == int64_t(Bytes) && sstep == int64_t(Bytes)) return void(std::memcpy(dst, src, size_t(n) * Bytes));
   for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dstep, src + i * sstep, Bytes);
 }
 
