@@ -206,3 +206,45 @@ TEST_CASE("the gradient of a permuted or transposed whole tensor is laid back ou
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t j = 0; j < 5; ++j) CHECK(m.grad()[i][j].item() == 2 * v[j][i].item());
 }
+
+TEST_CASE("InferenceMode: no graph, inference tensors without version counting, and their limits outside it") {
+  Tensor<double> w = sample({3}, 9).requires_grad_();
+  Tensor<double> normal = sample({3}, 10);
+  Tensor<double> y;
+  {
+    InferenceMode guard;
+    CHECK(InferenceMode::is_enabled());
+    CHECK_FALSE(GradMode::is_enabled());
+    y = w * 2.0;
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.is_inference());
+    y += 1.0;  // in place inside the scope: allowed, and no version is counted
+    CHECK(y.impl().version() == 0);
+    const uint64_t before = normal.impl().version();
+    normal += 1.0;  // a normal tensor keeps counting
+    CHECK(normal.impl().version() == before + 1);
+    {
+      InferenceMode off(false);  // grad mode and normal tensors again
+      CHECK(GradMode::is_enabled());
+      CHECK_FALSE(Tensor<double>(w * 1.0).is_inference());
+    }
+    CHECK_FALSE(GradMode::is_enabled());
+  }
+  CHECK_FALSE(InferenceMode::is_enabled());
+  CHECK(GradMode::is_enabled());
+  CHECK_FALSE(normal.is_inference());
+  CHECK(y[1].item() == doctest::Approx(2 * w[1].item() + 1));
+  // Outside the scope: readable and usable where nothing is saved, but no in-place update, no
+  // requires_grad, and no place in a graph that would save it.
+  {
+    NoGradGuard no_grad;
+    CHECK(sum(y * 2.0).item() == doctest::Approx(2 * sum(y).item()));
+  }
+  CHECK_THROWS_WITH_AS(y += 1.0, doctest::Contains("inference tensor"), std::logic_error);
+  CHECK_THROWS_WITH_AS(y.requires_grad_(), doctest::Contains("InferenceMode"), std::logic_error);
+  CHECK_THROWS_WITH_AS((void)Tensor<double>(y * w), doctest::Contains("cannot be saved for backward"), std::logic_error);
+  const Tensor<double> copy = y.clone();  // the way back to a normal tensor
+  CHECK_FALSE(copy.is_inference());
+  sum(copy * w).backward();
+  CHECK(w.grad()[2].item() == doctest::Approx(y[2].item()));
+}

@@ -133,3 +133,29 @@ TEST_CASE("Embedding: rows by index, any index shape, gradients accumulate for r
   CHECK(emb->weight.grad()[4][0].item() == 2.0f);
   CHECK(emb->weight.grad()[0][0].item() == 0.0f);
 }
+
+TEST_CASE("a batched eval forward under InferenceMode allocates no storage after warm-up, and equals the no-grad one") {
+  manual_seed(5);
+  nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(1, 8, 3).padding(1)), nn::BatchNorm2d(8), nn::ReLU(),
+                     nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(8, 16, 3).padding(1)), nn::ReLU(),
+                     nn::Flatten(), nn::Linear(16 * 14 * 14, 10));
+  net->eval();
+  const Tensor<float> x = randn<float>({16, 1, 28, 28});
+  Tensor<float> reference;
+  {
+    NoGradGuard no_grad;
+    reference = net(x);
+  }
+  InferenceMode guard;
+  Tensor<float> y;
+  // Warm-up in the steady state's shape: the previous result is alive while the next is computed.
+  for (int warm = 0; warm < 2; ++warm) y = net(x);
+  const MemoryStats before = memory_stats();
+  for (int i = 0; i < 5; ++i) y = net(x);
+  const MemoryStats after = memory_stats();
+  CHECK(after.system_allocations == before.system_allocations);
+  CHECK(after.cache_hits - before.cache_hits == after.allocations - before.allocations);
+  CHECK(after.allocations > before.allocations);
+  CHECK(y.is_inference());
+  CHECK(double(amax(abs(y - reference)).item()) == 0.0);
+}

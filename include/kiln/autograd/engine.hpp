@@ -59,7 +59,11 @@ struct SavedTensor {
   uint64_t version = 0;
 
   SavedTensor() = default;
-  explicit SavedTensor(const ImplPtr& t) : impl(t->view_as(t->shape, t->strides, t->offset)), version(t->version()) {}
+  explicit SavedTensor(const ImplPtr& t) : impl(t->view_as(t->shape, t->strides, t->offset)), version(t->version()) {
+    check<std::logic_error>(!t->storage || !t->storage->is_inference(),
+                            "backward: an inference tensor (made under InferenceMode) of shape ", t->shape,
+                            " cannot be saved for backward; clone() it outside InferenceMode to get a normal tensor");
+  }
 
   const ImplPtr& unpack(const Node& owner) const {
     if (impl->version() != version)

@@ -1,5 +1,7 @@
 #pragma once
 // Whether operations record the autograd graph (per thread, as in PyTorch).
+#include "kiln/core/storage.hpp"
+
 namespace kiln {
 
 namespace autograd::detail {
@@ -34,6 +36,26 @@ class AutoGradMode {
 class NoGradGuard : public AutoGradMode {
  public:
   NoGradGuard() : AutoGradMode(false) {}
+};
+
+// c10::InferenceMode: no graph is recorded, and the tensors made in its scope are inference tensors, with no
+// version counter to maintain (is_inference()). Outside the scope an inference tensor can be read and used
+// in no-grad code, but not saved for a backward, set to require grad or updated in place (each throws, as
+// in libtorch). InferenceMode(false) inside one restores grad mode and normal tensors.
+class InferenceMode {
+ public:
+  explicit InferenceMode(bool enabled = true)
+      : grad_(!enabled), previous_(kiln::detail::inference_mode_flag()) {
+    kiln::detail::inference_mode_flag() = enabled;
+  }
+  ~InferenceMode() { kiln::detail::inference_mode_flag() = previous_; }
+  InferenceMode(const InferenceMode&) = delete;
+  InferenceMode& operator=(const InferenceMode&) = delete;
+  static bool is_enabled() { return kiln::detail::inference_mode_flag(); }
+
+ private:
+  AutoGradMode grad_;
+  bool previous_;
 };
 
 namespace autograd {

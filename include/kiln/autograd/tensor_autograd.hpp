@@ -7,9 +7,13 @@ namespace kiln {
 template <Dtype T>
 Tensor<T>& Tensor<T>::requires_grad_(bool requires_grad) {
   check<std::logic_error>(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad; use detach()");
-  if (requires_grad)
+  if (requires_grad) {
     check(is_floating_v<T>, "requires_grad_: only floating-point tensors can require grad, not ",
           dtype_name(scalar_type_of<T>()));
+    check<std::logic_error>(!is_inference() || InferenceMode::is_enabled(),
+                            "requires_grad_: an inference tensor (made under InferenceMode) cannot require grad "
+                            "outside InferenceMode; clone() it first");
+  }
   autograd::meta_of(checked()).requires_grad = requires_grad;
   return *this;
 }

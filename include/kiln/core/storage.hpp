@@ -30,6 +30,13 @@ struct MemoryStats {
 
 namespace detail {
 
+// Whether this thread is inside an InferenceMode scope (autograd/grad_mode.hpp). Storages made there are
+// inference storages: they keep no version counter.
+inline bool& inference_mode_flag() {
+  thread_local bool enabled = false;
+  return enabled;
+}
+
 class CpuCachingAllocator {
  public:
   static constexpr size_t kAlignment = 64;
@@ -154,15 +161,27 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
 
-  // The version counter shared by all views of this storage; in-place writes bump it.
+  // The version counter shared by all views of this storage; in-place writes bump it. An inference
+  // storage has none (it stays 0), so it may be written in place only inside InferenceMode, where nothing
+  // can have saved it for a backward.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
-  void bump_version() { version_.fetch_add(1, std::memory_order_acq_rel); }
+  void bump_version() {
+    if (inference_) {
+      check<std::logic_error>(detail::inference_mode_flag(),
+                              "in-place update of an inference tensor (made under InferenceMode) outside InferenceMode "
+                              "is not allowed; clone() it to get a normal tensor");
+      return;
+    }
+    version_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  bool is_inference() const { return inference_; }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0, block_ = 0;
   std::function<void(void*)> deleter_;
   bool borrowed_ = false;
+  bool inference_ = detail::inference_mode_flag();
   std::atomic<uint64_t> version_{0};
 };
 

@@ -163,6 +163,8 @@ class Tensor {
   // Sets .grad to undefined (set_to_none, PyTorch's default) or to zeros.
   void zero_grad(bool set_to_none = true);
   bool is_leaf() const;
+  // Made under InferenceMode: no version counter, no place in a graph (see InferenceMode).
+  bool is_inference() const { return checked()->storage && checked()->storage->is_inference(); }
   // The node that produced this tensor (null for leaves); name() prints it.
   std::shared_ptr<autograd::Node> grad_fn() const;
   // The same values, cut from the graph.
