@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "kiln/tensor/factory.hpp"
+#include "kiln/tensor/reduce.hpp"
 
 using namespace kiln;
 
@@ -104,4 +105,19 @@ TEST_CASE("writes through views reach the base tensor and bump the shared versio
   CHECK(t.to_vector()[4] == 0);
   t.t()[0] = arange<float>(4);  // column 0
   CHECK(at(t, {3, 0}) == 3);
+}
+
+TEST_CASE("empty tensors: contiguous whatever their strides, and huge other dims neither overflow nor throw") {
+  const Tensor<float> a = empty<float>({2, 0, 3});
+  CHECK(a.numel() == 0);
+  CHECK(a.is_contiguous());
+  CHECK(a.contiguous().shape() == Shape{2, 0, 3});
+  const int64_t huge = int64_t(1) << 40;
+  const Tensor<float> b = empty<float>({huge, huge, 0}), c = zeros<float>({0, huge, huge});
+  CHECK(b.numel() == 0);
+  CHECK(c.numel() == 0);
+  CHECK(b.is_contiguous());
+  CHECK(Tensor<float>(c + 1.0f).numel() == 0);
+  CHECK(sum(c).item() == 0.0f);
+  CHECK_THROWS_AS(empty<float>({huge, huge, 2}), OutOfMemoryError);
 }

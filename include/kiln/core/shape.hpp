@@ -87,10 +87,11 @@ inline int wrap_dim(int64_t dim, int rank, const char* op) {
 
 // Number of elements; throws if a dim is negative or the count overflows int64.
 inline int64_t checked_numel(const Shape& shape, const char* op) {
+  for (int64_t s : shape) check<ShapeError>(s >= 0, op, ": negative dimension ", s, " in shape ", shape);
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;  // whatever the other dims hold
   int64_t n = 1;
   for (int64_t s : shape) {
-    check<ShapeError>(s >= 0, op, ": negative dimension ", s, " in shape ", shape);
-    if (s != 0 && n > std::numeric_limits<int64_t>::max() / s)
+    if (n > std::numeric_limits<int64_t>::max() / s)
       throw OutOfMemoryError(detail::cat(op, ": shape ", shape, " has more elements than int64 holds"));
     n *= s;
   }
@@ -98,14 +99,19 @@ inline int64_t checked_numel(const Shape& shape, const char* op) {
 }
 
 inline int64_t numel_of(const Shape& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;  // the others may not multiply in int64
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
 }
 
+// Row-major strides. Only an empty tensor can have dims whose product passes int64 (checked_numel refuses
+// the others); its strides address nothing, and saturate instead of overflowing.
 inline Strides contiguous_strides(const Shape& shape) {
   Strides st = Strides::filled(shape.size(), 1);
-  for (int i = shape.size() - 2; i >= 0; --i) st[i] = st[i + 1] * std::max<int64_t>(shape[i + 1], 1);
+  for (int i = shape.size() - 2; i >= 0; --i)
+    if (__builtin_mul_overflow(st[i + 1], std::max<int64_t>(shape[i + 1], 1), &st[i]))
+      st[i] = std::numeric_limits<int64_t>::max();
   return st;
 }
 

@@ -28,6 +28,7 @@ struct TensorImpl {
     return static_cast<char*>(storage->data()) + offset * int64_t(element_size(dtype));
   }
   bool is_contiguous() const {
+    if (numel() == 0) return true;  // as PyTorch: no element is out of place
     int64_t expected = 1;
     for (int i = shape.size() - 1; i >= 0; --i) {
       if (shape[i] == 1) continue;
