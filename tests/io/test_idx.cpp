@@ -120,6 +120,17 @@ TEST_CASE("idx: each malformed file gets its own error") {
   }
 }
 
+TEST_CASE("gunzip: output past the limit is refused, output up to it is not (a decompression bomb)") {
+  const io::Bytes zeros(1 << 20, 0), bomb = gzip(zeros);  // 1 MiB of zeros in about 1 KiB
+  REQUIRE(bomb.size() < 8192);
+  CHECK(io::gunzip(bomb, "bomb.gz", zeros.size()) == zeros);
+  CHECK_THROWS_WITH_AS(io::gunzip(bomb, "bomb.gz", zeros.size() - 1),
+                       ("bomb.gz: the gzip data decompresses to more than " + std::to_string(zeros.size() - 1) +
+                        " bytes (the limit)").c_str(),
+                       io::FormatError);
+  CHECK_THROWS_AS(io::gunzip(bomb, "bomb.gz", 100), io::FormatError);
+}
+
 TEST_CASE("idx: images and labels helpers check what they get") {
   test::ScratchDir dir;
   const std::string labels = (dir / "labels").string(), images = (dir / "images").string();
