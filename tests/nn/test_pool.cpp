@@ -102,3 +102,17 @@ TEST_CASE("max_pool2d: a NaN wins its window and ties go to the first maximum, o
     CHECK(g == std::vector<float>{0, 0, 1, 0, 1, 0, 0, 0});  // the NaN's place and the first 7
   }
 }
+
+TEST_CASE("max_pool2d on bfloat16: the float result rounded, and overlapping windows' gradients added in float") {
+  const Tensor<float> x = randn<float>({2, 3, 6, 6});
+  const Tensor<bfloat16> xb = x.to<bfloat16>();
+  const Tensor<float> expected = F::max_pool2d(xb.to<float>(), {3, 3}, {1, 1});
+  Tensor<bfloat16> leaf = xb.clone().requires_grad_();
+  const Tensor<bfloat16> y = F::max_pool2d(leaf, {3, 3}, {1, 1});  // windows overlap: gradients add up
+  CHECK(double(amax(abs(y.to<float>() - expected)).item()) == 0.0);
+  sum(y).backward();
+  Tensor<float> lf = xb.to<float>().requires_grad_();
+  sum(F::max_pool2d(lf, {3, 3}, {1, 1})).backward();
+  // Each gradient is a count of windows (at most 9): exact in bfloat16.
+  CHECK(double(amax(abs(leaf.grad().to<float>() - lf.grad())).item()) == 0.0);
+}

@@ -64,7 +64,10 @@ struct MaxPoolBackward : autograd::Node {
     T* xp = gx.data_ptr();
     cpu::parallel_for(planes, out, 1, [&](int64_t b, int64_t e) {
       for (int64_t q = b; q < e; ++q)
-        for (int64_t o = 0; o < out; ++o) xp[q * in + ip[q * out + o]] += gp[q * out + o];
+        for (int64_t o = 0; o < out; ++o) {
+          T& to = xp[q * in + ip[q * out + o]];
+          to = T(compute_t<T>(to) + compute_t<T>(gp[q * out + o]));  // bfloat16 adds in float
+        }
     });
     return {gx.impl_ptr()};
   }
