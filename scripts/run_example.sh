@@ -8,7 +8,7 @@
 set -eu -o pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-bash scripts/ensure_packages.sh meson ninja-build g++ pkg-config libhwy-dev libeigen3-dev zlib1g-dev \
+bash scripts/ensure_packages.sh meson ninja-build g++ pkg-config libhwy-dev libeigen3-dev zlib1g-dev libpng-dev \
   dataset-fashion-mnist
 dir=${KILN_EXAMPLE_DIR:-build-example}
 log=$(mktemp /tmp/kiln-example.XXXXXX.log)

@@ -25,14 +25,19 @@ struct Args {
   int64_t limit_batches = 0;  // per epoch, 0: all (for quick runs and tests)
   bool resume = false;
   bool quiet = false;  // no progress bar, one line per epoch
+  std::string export_png_dir;  // --export-png DIR N: write N test images as PNG files instead of training
+  int64_t export_png_count = 0;
 };
 
 inline constexpr const char* kUsage =
     "usage: fashion_mnist [--epochs N] [--threads N] [--workers N] [--batch-size N] [--lr X]\n"
     "                     [--schedule onecycle|constant] [--seed N] [--data DIR] [--out DIR]\n"
     "                     [--limit-batches N] [--resume] [--quiet]\n"
+    "       fashion_mnist --export-png DIR N [--data DIR]\n"
     "Trains a CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), evaluates on the test set and writes\n"
-    "a checkpoint each epoch (OUT/checkpoint.safetensors) and the curves (OUT/curves.svg).\n";
+    "a checkpoint each epoch (OUT/checkpoint.safetensors) and the curves (OUT/curves.svg).\n"
+    "--export-png writes the first N test images as PNG files DIR/<index>_<class>.png (requests for\n"
+    "examples/serve) and trains nothing.\n";
 
 template <class Number>
 Number parse_number(std::string_view flag, std::string_view text, Number low) {
@@ -73,7 +78,10 @@ inline Args parse_args(int argc, char** argv) {
     else if (flag == "--limit-batches") a.limit_batches = parse_number<int64_t>(flag, value(), 1);
     else if (flag == "--resume") a.resume = true;
     else if (flag == "--quiet") a.quiet = true;
-    else throw ArgsError("unknown argument \"" + std::string(flag) + "\"");
+    else if (flag == "--export-png") {
+      a.export_png_dir = value();
+      a.export_png_count = parse_number<int64_t>(flag, value(), 1);
+    } else throw ArgsError("unknown argument \"" + std::string(flag) + "\"");
   }
   return a;
 }

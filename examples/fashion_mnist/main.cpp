@@ -3,8 +3,12 @@
 // continues from the checkpoint exactly where it stopped (same threads: bitwise the same steps).
 //
 //   fashion_mnist --epochs 3 --threads 2          (fashion_mnist --help for every option)
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <span>
+#include <string>
 #include <thread>
 
 #include "args.hpp"
@@ -14,8 +18,10 @@
 #include "kiln/kiln.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/optim.hpp"
+#include "model.hpp"
 #include "progress.hpp"
 #include "svg_plot.hpp"
+#include "../serve/png.hpp"
 
 using namespace kiln;
 namespace F = kiln::nn::functional;
@@ -23,22 +29,10 @@ namespace fs = std::filesystem;
 
 namespace fashion_mnist {
 
-// Conv 1->64 k3 p1, BatchNorm, ReLU, MaxPool 2; Conv 64->128 k3 p1, BatchNorm, ReLU, MaxPool 2;
-// Linear 6272->512, ReLU, Linear 512->10.
-nn::Sequential make_model() {
-  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 64, 3).padding(1)), nn::BatchNorm2d(64), nn::ReLU(),
-                        nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(64, 128, 3).padding(1)), nn::BatchNorm2d(128),
-                        nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(6272, 512), nn::ReLU(),
-                        nn::Linear(512, 10));
-}
-
 struct Split {
   Tensor<float> images;  // [N, 1, 28, 28], normalized
   Tensor<int64_t> labels;
 };
-
-// Fashion-MNIST's mean and standard deviation over the training images.
-constexpr float kMean = 0.2860f, kStd = 0.3530f;
 
 Split load_split(const fs::path& dir, const char* prefix) {
   const fs::path images = dir / (std::string(prefix) + "-images-idx3-ubyte.gz");
@@ -65,6 +59,38 @@ double evaluate(nn::Sequential& net, const Split& test) {
   }
   net->train();
   return double(right) / double(test.images.size(0));
+}
+
+// "Ankle boot" -> "ankle-boot": a class name as a part of a file name.
+std::string file_name_part(std::string_view name) {
+  std::string out;
+  for (const char c : name) out += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : '-';
+  return out;
+}
+
+// --export-png DIR N: the first N test images as 8-bit gray PNG files DIR/<index>_<class>.png, requests
+// for examples/serve (curl --data-binary @DIR/0_ankle-boot.png ...).
+int export_test_pngs(const Args& args) {
+  const fs::path dir = args.data_dir;
+  const Tensor<float> images = io::read_idx_images(dir / "t10k-images-idx3-ubyte.gz");  // in [0, 1]: bytes / 255
+  const Tensor<int64_t> labels = io::read_idx_labels(dir / "t10k-labels-idx1-ubyte.gz");
+  const int64_t pixels = kImageSide * kImageSide;
+  check<ShapeError>(images.numel() == images.size(0) * pixels && labels.numel() == images.size(0),
+                    dir.string(), ": expected 28x28 test images, one label each");
+  fs::create_directories(args.export_png_dir);
+  const int64_t n = std::min(args.export_png_count, images.size(0));
+  std::vector<unsigned char> bytes(static_cast<size_t>(pixels));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t label = labels.data_ptr()[i];
+    check(label >= 0 && label < int64_t(kClassNames.size()), dir.string(), ": test label ", i, " is ", label);
+    for (int64_t k = 0; k < pixels; ++k) bytes[size_t(k)] = static_cast<unsigned char>(std::lround(images.data_ptr()[i * pixels + k] * 255));
+    const std::string png = serve::encode_png(bytes.data(), kImageSide, kImageSide, 1);
+    io::write_file_atomic(fs::path(args.export_png_dir) / (std::to_string(i) + "_" + file_name_part(kClassNames[size_t(label)]) + ".png"),
+                          std::span(reinterpret_cast<const uint8_t*>(png.data()), png.size()));
+  }
+  std::printf("wrote the first %lld test images to %s as PNG files (<index>_<class>.png)\n", (long long)n,
+              args.export_png_dir.c_str());
+  return 0;
 }
 
 int run(const Args& args) {
@@ -188,7 +214,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return run(args);
+    return args.export_png_dir.empty() ? run(args) : export_test_pngs(args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
     return 1;
