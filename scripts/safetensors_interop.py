@@ -6,8 +6,8 @@
 
 `write` makes the files that tests/io read and compare byte for byte with what kiln writes for the same values:
 reference.safetensors (one tensor of each kiln dtype, a 0-d and an empty one, and metadata), one .npy file per
-dtype (versions 1.0, 2.0, 3.0, and uint8/int8/Fortran-order files that kiln widens or refuses), and IDX files,
-plain and gzipped. The values are the ones tests/io/io_test_util.hpp spells out in C++; keep the two in step.
+dtype (versions 1.0, 2.0, 3.0, and uint8/int8/Fortran-order files that kiln widens or refuses), .npz archives
+(numpy.savez and numpy.savez_compressed), and IDX files, plain and gzipped. The values are the ones tests/io/io_test_util.hpp spells out in C++; keep the two in step.
 
 `check` is the other direction. Let the C++ test write kiln's files and read them here:
   KILN_INTEROP_DIR=/tmp/kiln_interop ./io_tests -tc='*KILN_INTEROP_DIR*' && python3 scripts/safetensors_interop.py check /tmp/kiln_interop
@@ -72,6 +72,22 @@ def write_npy(directory):
             np.lib.format.write_array(f, arrays["f4"], version=version)
 
 
+def npz_arrays():
+    """The arrays of arrays.npz (numpy.savez) and arrays_compressed.npz (numpy.savez_compressed)."""
+    return {
+        "weights": (np.arange(12, dtype=np.float32) * 0.25).reshape(3, 4),
+        "labels": np.array([3, 1, 4, 1, 5], dtype=np.int64),
+        "mask": np.array([True, False]),
+        "scale": np.array(0.5),
+        "zeros": np.zeros(1000, dtype=np.float64),  # compresses well
+    }
+
+
+def write_npz(directory):
+    np.savez(os.path.join(directory, "arrays.npz"), **npz_arrays())
+    np.savez_compressed(os.path.join(directory, "arrays_compressed.npz"), **npz_arrays())
+
+
 def idx_bytes(type_code, fmt, a):
     head = struct.pack(">BBBB", 0, 0, type_code, a.ndim) + struct.pack(">" + "I" * a.ndim, *a.shape)
     return head + a.astype(fmt).tobytes()
@@ -111,15 +127,22 @@ def check(directory):
     assert np.array_equal(np.frombuffer(bytes(raw["bf16"]["data"]), "<u2"), BF16_BITS), raw["bf16"]
     a = np.load(os.path.join(directory, "kiln.npy"))
     assert a.dtype == np.int64 and np.array_equal(a, np.arange(12).reshape(3, 4).T), repr(a)
+    for name in ("kiln.npz", "kiln_compressed.npz"):
+        with np.load(os.path.join(directory, name)) as z:
+            expected = npz_arrays()
+            assert sorted(z.files) == sorted(expected), f"{name}: {z.files}"
+            for key, value in expected.items():
+                assert z[key].dtype == value.dtype and np.array_equal(z[key], value), f"{name}: {key} is {z[key]!r}"
     print(f"ok: Python's safetensors {safetensors.__version__} and NumPy {np.__version__} read kiln's files in {directory}")
 
 
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "write":
-        directory = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "io")
+        directory = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "io")
         os.makedirs(directory, exist_ok=True)
         write_reference_safetensors(os.path.join(directory, "reference.safetensors"))
         write_npy(directory)
+        write_npz(directory)
         write_idx(directory)
     elif len(sys.argv) == 3 and sys.argv[1] == "check":
         check(sys.argv[2])
