@@ -27,10 +27,19 @@
 #include "metrics.hpp"
 // After kiln's headers: <httplib.h> brings <resolv.h>, whose macro _res would rename a parameter of Eigen's.
 #include <httplib.h>
+#include <sys/socket.h>
 
 namespace serve {
 
 inline constexpr const char* kModelName = "fashion_mnist";
+
+// cpp-httplib 0.11.4 listens with a backlog of 5, a constant compiled into Debian's library: 64 clients
+// connecting at once overflowed it (SYN cookies, some failing, and requests lost on connections the client
+// thought open). listen() again on the bound socket raises the backlog (Linux updates it in place).
+class HttpServer : public httplib::Server {
+ public:
+  bool raise_listen_backlog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+};
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -88,6 +97,7 @@ class ModelServer {
     if (port < 0)
       throw std::runtime_error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
                                " (in use, or not an address of this machine)");
+    if (!http_.raise_listen_backlog()) throw std::runtime_error("cannot raise the listen backlog");
     return port;
   }
   // Serves until stop(); returns once the requests in flight are answered.
@@ -184,7 +194,7 @@ class ModelServer {
   Metrics metrics_;
   Classifier classifier_;
   Batcher batcher_;  // after what its forward and observer use: destroyed (answering its queue) before them
-  httplib::Server http_;
+  HttpServer http_;
   std::atomic<bool> listening_ = false, stop_requested_ = false;
 };
 
