@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../examples/fashion_mnist/args.hpp"
@@ -69,6 +70,18 @@ struct PhaseResult {
   int64_t answered = 0, errors = 0;
   double seconds = 0, p50_ms = 0, p99_ms = 0;
 };
+
+// The server's kiln_serve_batch_size_sum and _count (images and forwards so far), from GET /metrics.
+std::pair<double, double> batch_totals(int port) {
+  httplib::Client client("127.0.0.1", port);
+  const httplib::Result r = client.Get("/metrics");
+  if (!r || r->status != 200) return {0, 0};
+  auto value = [&](const std::string& name) {
+    const size_t at = r->body.find("\n" + name + " ");
+    return at == std::string::npos ? 0.0 : std::stod(r->body.substr(at + name.size() + 2));
+  };
+  return {value("kiln_serve_batch_size_sum"), value("kiln_serve_batch_size_count")};
+}
 
 // `connections` client threads share a budget of `requests` and a deadline; each first sends two
 // requests untimed (connecting, and warming the server's caches), then waits for the others.
@@ -127,9 +140,12 @@ PhaseResult run_phase(int port, int connections, const Options& options, const s
 int64_t run_phases(const char* config, int port, const Options& options, const std::vector<std::string>& bodies) {
   int64_t errors = 0;
   for (int connections : {1, 8, 64}) {
+    const auto [images_before, forwards_before] = batch_totals(port);
     const PhaseResult r = run_phase(port, connections, options, bodies);
-    std::printf("| %s | %d | %lld | %.2f | %.0f | %.2f | %.2f | %lld |\n", config, connections, (long long)r.answered,
-                r.seconds, double(r.answered) / r.seconds, r.p50_ms, r.p99_ms, (long long)r.errors);
+    const auto [images_after, forwards_after] = batch_totals(port);
+    std::printf("| %s | %d | %lld | %.2f | %.0f | %.2f | %.2f | %.1f | %lld |\n", config, connections,
+                (long long)r.answered, r.seconds, double(r.answered) / r.seconds, r.p50_ms, r.p99_ms,
+                (images_after - images_before) / std::max(1.0, forwards_after - forwards_before), (long long)r.errors);
     std::fflush(stdout);
     errors += r.errors;
   }
@@ -147,8 +163,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::vector<std::string> bodies = request_bodies();
-  std::printf("| server | connections | requests | seconds | images/s | p50 ms | p99 ms | errors |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  std::printf("| server | connections | requests | seconds | images/s | p50 ms | p99 ms | mean batch | errors |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
   int64_t errors = 0;
   if (options.port != 0) {
     errors = run_phases(("127.0.0.1:" + std::to_string(options.port)).c_str(), options.port, options, bodies);

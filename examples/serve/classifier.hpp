@@ -11,10 +11,38 @@
 
 namespace serve {
 
+// An eval-mode BatchNorm right after a convolution is a per-channel affine map, so it folds into the
+// convolution's weight and bias (as PyTorch's fuse_conv_bn_eval): the same answers up to rounding, one pass
+// over the activations fewer per block. The other modules are shared with `net`.
+inline kiln::nn::Sequential fold_batch_norms(const kiln::nn::Sequential& net) {
+  namespace nn = kiln::nn;
+  kiln::NoGradGuard no_grad;
+  nn::Sequential folded;
+  for (size_t i = 0; i < net->size(); ++i) {
+    const auto conv = std::dynamic_pointer_cast<nn::Conv2dImpl>((*net)[i]);
+    const auto norm = i + 1 < net->size() ? std::dynamic_pointer_cast<nn::BatchNormImpl>((*net)[i + 1]) : nullptr;
+    if (!conv || !norm) {
+      folded->push_back((*net)[i]);
+      continue;
+    }
+    const int64_t channels = conv->options.out_channels;
+    const kiln::Tensor<float> scale(norm->weight / kiln::sqrt(norm->running_var + float(norm->eps())));
+    const kiln::Tensor<float> bias = conv->bias.defined() ? conv->bias : kiln::zeros<float>({channels});
+    nn::Conv2d fused(nn::Conv2dOptions(conv->options).bias(true));
+    fused->weight.copy_(conv->weight * scale.view({channels, 1, 1, 1}));
+    fused->bias.copy_((bias - norm->running_mean) * scale + norm->bias);
+    folded->push_back(fused);
+    ++i;  // the BatchNorm, now inside the convolution
+  }
+  return folded;
+}
+
 class Classifier {
  public:
-  // threads: OpenMP threads of each forward.
-  Classifier(kiln::nn::Sequential net, int threads) : net_(std::move(net)), threads_(threads) { net_->eval(); }
+  // threads: OpenMP threads of each forward. net is used in eval mode, its BatchNorms folded.
+  Classifier(const kiln::nn::Sequential& net, int threads) : net_(fold_batch_norms(net)), threads_(threads) {
+    net_->eval();
+  }
 
   // The "model" section of a checkpoint that examples/fashion_mnist wrote; throws std::runtime_error naming
   // the file and what is wrong (missing, corrupt, not this model).
@@ -22,7 +50,7 @@ class Classifier {
     try {
       kiln::nn::Sequential net = fashion_mnist::make_model();
       net->load_state_dict(kiln::io::Checkpoint::load(path).section<float>("model"));
-      return Classifier(std::move(net), threads);
+      return Classifier(net, threads);
     } catch (const std::exception& e) {
       throw std::runtime_error("cannot load the model from " + path.string() + ": " + e.what() +
                                " (examples/fashion_mnist writes one: bash scripts/run_example.sh)");

@@ -157,7 +157,7 @@ class RunningServer {
   static ServerOptions test_options() {
     ServerOptions o;
     o.port = 0;
-    o.http_threads = 16;
+    o.http_threads = 32;
     o.max_body_bytes = 64 * 1024;
     o.batching = {.max_batch = 16, .max_delay = std::chrono::milliseconds(5)};
     return o;
@@ -249,6 +249,29 @@ TEST_CASE("serve: area resampling averages whole blocks and keeps a constant ima
   const GrayImage constant{7, 3, std::vector<float>(21, 0.625f)};
   for (const float v : resize_area(constant, 28, 28).pixels) CHECK(v == doctest::Approx(0.625).epsilon(1e-6));
   for (const float v : resize_area(constant, 2, 5).pixels) CHECK(v == doctest::Approx(0.625).epsilon(1e-6));
+}
+
+TEST_CASE("serve: the classifier, its BatchNorms folded into the convolutions, answers as the eval-mode model") {
+  kiln::manual_seed(11);
+  kiln::nn::Sequential net = fashion_mnist::make_model();
+  auto state = net->state_dict();
+  for (const char* norm : {"1", "5"}) {  // statistics and affine parameters far from the identity
+    const std::string n = norm;
+    const int64_t channels = state.at(n + ".weight").numel();
+    state.at(n + ".running_mean") = kiln::Tensor<float>(kiln::randn({channels}) * 0.5f);
+    state.at(n + ".running_var") = kiln::Tensor<float>(kiln::rand({channels}) * 2.0f + 0.5f);
+    state.at(n + ".weight") = kiln::Tensor<float>(kiln::rand({channels}) + 0.5f);
+    state.at(n + ".bias") = kiln::Tensor<float>(kiln::randn({channels}) * 0.1f);
+  }
+  state.at("11.weight") = kiln::Tensor<float>(state.at("11.weight") * 40.0f);
+  net->load_state_dict(state);
+  Classifier classifier(net, 1);
+  const kiln::Tensor<float> images = kiln::randn({4, 1, kImageSide, kImageSide});
+  kiln::InferenceMode inference;
+  net->eval();
+  const kiln::Tensor<float> want = kiln::softmax(net(images), 1), got = classifier.probabilities(images);
+  CHECK(kiln::amax(kiln::abs(got - want)).item() <= 1e-5f);
+  CHECK(kiln::all(kiln::argmax(got, 1) == kiln::argmax(want, 1)).item());
 }
 
 TEST_CASE("serve: a batch of 8 answers each item as single-image inference does") {
@@ -344,7 +367,7 @@ TEST_CASE("serve: concurrent requests from several clients equal single-image in
   const httplib::Result before = probe.Get("/metrics");
   REQUIRE(before);
 
-  constexpr int kClients = 6, kEach = 4;
+  constexpr int kClients = 16, kEach = 2;
   std::vector<std::vector<Answer>> answers(kClients);
   std::vector<std::thread> clients;
   for (int c = 0; c < kClients; ++c)

@@ -154,6 +154,7 @@ class BatchNormImpl : public Module {
   void pretty_print(std::ostream& out) const override {
     out << name() << '(' << weight.size(0) << ", eps=" << eps_ << ", momentum=" << momentum_ << ')';
   }
+  double eps() const { return eps_; }
   Tensor<float> weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
