@@ -20,13 +20,12 @@
 #include <utility>
 #include <vector>
 
-#include "../examples/fashion_mnist/args.hpp"
+#include "../examples/command_line.hpp"
 #include "../examples/serve/server.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using fashion_mnist::ArgsError, fashion_mnist::parse_number;
 
 struct Options {
   int port = 0;  // 0: start the server in this process
@@ -36,20 +35,20 @@ struct Options {
   int max_delay_ms = 2;
 };
 
+constexpr const char* kUsage =
+    "usage: serve_load [--port N] [--requests N] [--seconds S] [--threads N] [--max-delay-ms N]\n"
+    "Load test of examples/serve over 127.0.0.1 at 1, 8 and 64 connections: the server in this process with\n"
+    "and without batching, or the one running on --port N. Exit status 1 when any request failed.\n";
+
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    auto value = [&]() -> std::string_view {
-      if (i + 1 >= argc) throw ArgsError(std::string(flag) + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--port") o.port = parse_number<int>(flag, value(), 1);
-    else if (flag == "--requests") o.requests = parse_number<int64_t>(flag, value(), 1);
-    else if (flag == "--seconds") o.seconds = parse_number<int>(flag, value(), 1);
-    else if (flag == "--threads") o.threads = parse_number<int>(flag, value(), 1);
-    else if (flag == "--max-delay-ms") o.max_delay_ms = parse_number<int>(flag, value(), 0);
-    else throw ArgsError("unknown argument \"" + std::string(flag) + "\"");
+  for (command_line::Flags f(argc, argv); f.next();) {
+    if (f.flag() == "--port") o.port = f.number<int>(1);
+    else if (f.flag() == "--requests") o.requests = f.number<int64_t>(1);
+    else if (f.flag() == "--seconds") o.seconds = f.number<int>(1);
+    else if (f.flag() == "--threads") o.threads = f.number<int>(1);
+    else if (f.flag() == "--max-delay-ms") o.max_delay_ms = f.number<int>(0);
+    else f.unknown();
   }
   return o;
 }
@@ -152,35 +151,28 @@ int64_t run_phases(const char* config, int port, const Options& options, const s
   return errors;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options options;
-  try {
-    options = parse(argc, argv);
-  } catch (const ArgsError& e) {
-    std::fprintf(stderr, "serve_load: %s\n", e.what());
-    return 2;
-  }
+int run(const Options& options) {
   const std::vector<std::string> bodies = request_bodies();
   std::printf("| server | connections | requests | seconds | images/s | p50 ms | p99 ms | mean batch | errors |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
+  if (options.port != 0) return run_phases(("127.0.0.1:" + std::to_string(options.port)).c_str(), options.port, options, bodies) == 0 ? 0 : 1;
   int64_t errors = 0;
-  if (options.port != 0) {
-    errors = run_phases(("127.0.0.1:" + std::to_string(options.port)).c_str(), options.port, options, bodies);
-  } else {
-    for (const int64_t max_batch : {int64_t(64), int64_t(1)}) {
-      serve::ServerOptions server_options;
-      server_options.port = 0;
-      server_options.batching = {.max_batch = max_batch, .max_delay = std::chrono::milliseconds(options.max_delay_ms)};
-      serve::ModelServer server(serve::Classifier(fashion_mnist::make_model(), options.threads), server_options);
-      const int port = server.bind();
-      std::thread listening([&] { server.listen(); });
-      const std::string config = max_batch == 1 ? "--max-batch 1" : "--max-batch 64 --max-delay-ms " + std::to_string(options.max_delay_ms);
-      errors += run_phases(config.c_str(), port, options, bodies);
-      server.stop();
-      listening.join();
-    }
+  for (const int64_t max_batch : {int64_t(64), int64_t(1)}) {
+    serve::ServerOptions server_options;
+    server_options.port = 0;
+    server_options.batching = {.max_batch = max_batch, .max_delay = std::chrono::milliseconds(options.max_delay_ms)};
+    serve::ModelServer server(serve::Classifier(fashion_mnist::make_model(), options.threads), server_options);
+    const int port = server.bind();
+    std::thread listening([&] { server.listen(); });
+    const std::string config =
+        max_batch == 1 ? "--max-batch 1" : "--max-batch 64 --max-delay-ms " + std::to_string(options.max_delay_ms);
+    errors += run_phases(config.c_str(), port, options, bodies);
+    server.stop();
+    listening.join();
   }
   return errors == 0 ? 0 : 1;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return command_line::run_main("serve_load", kUsage, argc, argv, parse, run); }

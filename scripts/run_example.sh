@@ -10,19 +10,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 bash scripts/ensure_packages.sh meson ninja-build g++ pkg-config libhwy-dev libeigen3-dev zlib1g-dev libpng-dev \
   dataset-fashion-mnist
+bash scripts/build_examples.sh examples/fashion_mnist
 dir=${KILN_EXAMPLE_DIR:-build-example}
-log=$(mktemp /tmp/kiln-example.XXXXXX.log)
-trap 'rm -f "$log"' EXIT
-if [[ -f $dir/build.ninja ]]; then
-  meson setup --reconfigure "$dir" -Dtests=disabled -Dexamples=enabled -Dbench=disabled >"$log" 2>&1 ||
-    { cat "$log"; exit 1; }
-else
-  rm -rf "$dir"
-  meson setup "$dir" -Dbuildtype=release -Dsimd_target=native -Dtests=disabled -Dexamples=enabled \
-    -Dbench=disabled >"$log" 2>&1 || { cat "$log"; exit 1; }
-fi
-echo "==> building examples/fashion_mnist ($dir)"
-ninja -C "$dir" examples/fashion_mnist >"$log" 2>&1 || { tail -n 60 "$log"; exit 1; }
 args=("$@")
 [[ ${#args[@]} -gt 0 ]] || args=(--epochs 3)
 echo "==> $dir/examples/fashion_mnist ${args[*]}"

@@ -1,16 +1,13 @@
 #pragma once
-// Command-line options of the Fashion-MNIST example; a bad argument throws ArgsError with the reason.
-#include <charconv>
+// Command-line options of the Fashion-MNIST example; a bad argument throws command_line::ArgsError with the reason.
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
-#include <string_view>
+
+#include "../command_line.hpp"
 
 namespace fashion_mnist {
 
-struct ArgsError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
+using command_line::ArgsError;
 
 struct Args {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
@@ -39,49 +36,34 @@ inline constexpr const char* kUsage =
     "--export-png writes the first N test images as PNG files DIR/<index>_<class>.png (requests for\n"
     "examples/serve) and trains nothing.\n";
 
-template <class Number>
-Number parse_number(std::string_view flag, std::string_view text, Number low) {
-  Number value{};
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || value < low)
-    throw ArgsError(std::string(flag) + " expects a number of at least " + std::to_string(low) + ", got \"" +
-                    std::string(text) + "\"");
-  return value;
-}
-
 inline Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    auto value = [&]() -> std::string_view {
-      if (i + 1 >= argc) throw ArgsError(std::string(flag) + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--epochs") a.epochs = parse_number<int>(flag, value(), 1);
-    else if (flag == "--threads") a.threads = parse_number<int>(flag, value(), 1);
-    else if (flag == "--workers") a.workers = parse_number<int>(flag, value(), 0);
-    else if (flag == "--batch-size") a.batch_size = parse_number<int64_t>(flag, value(), 1);
+  for (command_line::Flags f(argc, argv); f.next();) {
+    const std::string_view flag = f.flag();
+    if (flag == "--epochs") a.epochs = f.number<int>(1);
+    else if (flag == "--threads") a.threads = f.number<int>(1);
+    else if (flag == "--workers") a.workers = f.number<int>(0);
+    else if (flag == "--batch-size") a.batch_size = f.number<int64_t>(1);
     else if (flag == "--lr") {
-      const std::string text(value());
+      const std::string text(f.value());
       char* end = nullptr;
       a.lr = std::strtod(text.c_str(), &end);
       if (end != text.c_str() + text.size() || !(a.lr > 0 && a.lr < 10))
         throw ArgsError("--lr expects a number in (0, 10), got \"" + text + "\"");
     } else if (flag == "--schedule") {
-      a.schedule = value();
+      a.schedule = f.value();
       if (a.schedule != "onecycle" && a.schedule != "constant")
         throw ArgsError("--schedule expects onecycle or constant, got \"" + a.schedule + "\"");
-    } else if (flag == "--seed") a.seed = parse_number<uint64_t>(flag, value(), 0);
-    else if (flag == "--data") a.data_dir = value();
-    else if (flag == "--out") a.out_dir = value();
-    else if (flag == "--limit-batches") a.limit_batches = parse_number<int64_t>(flag, value(), 1);
+    } else if (flag == "--seed") a.seed = f.number<uint64_t>(0);
+    else if (flag == "--data") a.data_dir = f.value();
+    else if (flag == "--out") a.out_dir = f.value();
+    else if (flag == "--limit-batches") a.limit_batches = f.number<int64_t>(1);
     else if (flag == "--resume") a.resume = true;
     else if (flag == "--quiet") a.quiet = true;
     else if (flag == "--export-png") {
-      a.export_png_dir = value();
-      a.export_png_count = parse_number<int64_t>(flag, value(), 1);
-    } else throw ArgsError("unknown argument \"" + std::string(flag) + "\"");
+      a.export_png_dir = f.value();
+      a.export_png_count = f.number<int64_t>(1);
+    } else f.unknown();
   }
   return a;
 }

@@ -201,22 +201,7 @@ int run(const Args& args) {
 
 int main(int argc, char** argv) {
   using namespace fashion_mnist;
-  Args args;
-  try {
-    for (int i = 1; i < argc; ++i)
-      if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-        std::fputs(kUsage, stdout);
-        return 0;
-      }
-    args = parse_args(argc, argv);
-  } catch (const ArgsError& e) {
-    std::fprintf(stderr, "fashion_mnist: %s\n%s", e.what(), kUsage);
-    return 2;
-  }
-  try {
+  return command_line::run_main("fashion_mnist", kUsage, argc, argv, parse_args, [](const Args& args) {
     return args.export_png_dir.empty() ? run(args) : export_test_pngs(args);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
-    return 1;
-  }
+  });
 }

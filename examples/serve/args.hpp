@@ -1,17 +1,15 @@
 #pragma once
-// Command-line options of the server; a bad argument throws fashion_mnist::ArgsError with the reason.
+// Command-line options of the server; a bad argument throws command_line::ArgsError with the reason.
 #include <algorithm>
 #include <chrono>
 #include <string>
 #include <string_view>
 #include <thread>
 
-#include "../fashion_mnist/args.hpp"
+#include "../command_line.hpp"
 #include "server.hpp"
 
 namespace serve {
-
-using fashion_mnist::ArgsError;
 
 struct Args {
   std::string checkpoint = "fashion_mnist_out/checkpoint.safetensors";
@@ -35,24 +33,20 @@ inline constexpr const char* kUsage =
     "SIGINT or SIGTERM stops it after the requests in flight are answered.\n";
 
 inline Args parse_args(int argc, char** argv) {
-  using fashion_mnist::parse_number;
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    auto value = [&]() -> std::string_view {
-      if (i + 1 >= argc) throw ArgsError(std::string(flag) + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--checkpoint") a.checkpoint = value();
-    else if (flag == "--host") a.server.host = value();
+  for (command_line::Flags f(argc, argv); f.next();) {
+    const std::string_view flag = f.flag();
+    if (flag == "--checkpoint") a.checkpoint = f.value();
+    else if (flag == "--host") a.server.host = f.value();
     else if (flag == "--port") {
-      a.server.port = parse_number<int>(flag, value(), 0);
-      if (a.server.port > 65535) throw ArgsError("--port expects a port number up to 65535, got " + std::to_string(a.server.port));
-    } else if (flag == "--threads") a.threads = parse_number<int>(flag, value(), 1);
-    else if (flag == "--http-threads") a.server.http_threads = parse_number<int>(flag, value(), 1);
-    else if (flag == "--max-batch") a.server.batching.max_batch = parse_number<int64_t>(flag, value(), 1);
-    else if (flag == "--max-delay-ms") a.server.batching.max_delay = std::chrono::milliseconds(parse_number<int>(flag, value(), 0));
-    else throw ArgsError("unknown argument \"" + std::string(flag) + "\"");
+      a.server.port = f.number<int>(0);
+      if (a.server.port > 65535)
+        throw command_line::ArgsError("--port expects a port number up to 65535, got " + std::to_string(a.server.port));
+    } else if (flag == "--threads") a.threads = f.number<int>(1);
+    else if (flag == "--http-threads") a.server.http_threads = f.number<int>(1);
+    else if (flag == "--max-batch") a.server.batching.max_batch = f.number<int64_t>(1);
+    else if (flag == "--max-delay-ms") a.server.batching.max_delay = std::chrono::milliseconds(f.number<int>(0));
+    else f.unknown();
   }
   if (a.threads == 0) a.threads = int(std::max(1u, std::thread::hardware_concurrency()));
   return a;

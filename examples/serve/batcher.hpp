@@ -19,11 +19,6 @@
 
 namespace serve {
 
-// The batcher has stopped (the server is shutting down): HTTP 503.
-struct BatcherStopped : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 class Batcher {
  public:
   // Maps a batch [B, item_shape...] to its outputs [B, K]; runs on the batcher thread only.
@@ -42,7 +37,7 @@ class Batcher {
     for (int64_t d : item_shape_) item_numel_ *= d;
     thread_ = std::thread([this] { run(); });
   }
-  // Answers every item already queued, then stops the thread.
+  // Answers every item already queued, then stops the thread. Every submit() must have returned.
   ~Batcher() {
     {
       std::lock_guard lock(mutex_);
@@ -64,7 +59,6 @@ class Batcher {
     std::future<std::vector<float>> result = pending.result.get_future();
     {
       std::lock_guard lock(mutex_);
-      if (stopping_) throw BatcherStopped("the server is shutting down");
       queue_.push_back(std::move(pending));
     }
     wake_.notify_one();

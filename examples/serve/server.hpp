@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <stdexcept>
@@ -63,8 +64,11 @@ inline std::string json_error(std::string message) {
   return out + "}";
 }
 
-// {"class": probability, ...}, most probable first (ties in class order).
+// {"class": probability, ...}, most probable first (ties in class order). A model with NaN or infinite
+// weights is an error (HTTP 500), not an answer: JSON has no such numbers, and NaN would not sort.
 inline std::string json_probabilities(const std::vector<float>& probabilities) {
+  for (const float p : probabilities)
+    if (!std::isfinite(p)) throw std::runtime_error("the model answered a probability that is not finite");
   std::vector<size_t> order(probabilities.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return probabilities[a] > probabilities[b]; });
@@ -183,8 +187,6 @@ class ModelServer {
         fail(415, e.what());
       } catch (const ImageError& e) {
         fail(400, e.what());
-      } catch (const BatcherStopped& e) {
-        fail(503, e.what());
       }
     }
     metrics_.observe_latency(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <chrono>
 #include <future>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -249,6 +250,21 @@ TEST_CASE("serve: area resampling averages whole blocks and keeps a constant ima
   const GrayImage constant{7, 3, std::vector<float>(21, 0.625f)};
   for (const float v : resize_area(constant, 28, 28).pixels) CHECK(v == doctest::Approx(0.625).epsilon(1e-6));
   for (const float v : resize_area(constant, 2, 5).pixels) CHECK(v == doctest::Approx(0.625).epsilon(1e-6));
+}
+
+TEST_CASE("serve: answers list every class, most probable first; a non-finite probability is an error") {
+  std::vector<float> p(kClassNames.size(), 0.05f);
+  p[3] = 0.3f;
+  p[7] = 0.3f;  // a tie keeps the class order
+  p[9] = 0.0f;
+  const auto answer = parse_answer(json_probabilities(p));
+  REQUIRE(answer.size() == kClassNames.size());
+  CHECK(answer[0].first == kClassNames[3]);
+  CHECK(answer[1].first == kClassNames[7]);
+  CHECK(answer[2].first == kClassNames[0]);
+  CHECK(answer.back().first == kClassNames[9]);
+  p[5] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(json_probabilities(p), doctest::Contains("not finite"));
 }
 
 TEST_CASE("serve: the classifier, its BatchNorms folded into the convolutions, answers as the eval-mode model") {
