@@ -145,6 +145,7 @@ class ModelServer {
       res.set_content(json_error(httplib_error_message(req, res.status)), "application/json");
       return httplib::Server::HandlerResponse::Handled;
     }));
+    // Any other handler that throws (out of memory) answers 500 with the message too.
     http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
       res.status = 500;
       res.set_content(json_error(message_of(error)), "application/json");
@@ -187,6 +188,8 @@ class ModelServer {
         fail(415, e.what());
       } catch (const ImageError& e) {
         fail(400, e.what());
+      } catch (const std::exception& e) {  // the forward failed, or answered NaN
+        fail(500, e.what());
       }
     }
     metrics_.observe_latency(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

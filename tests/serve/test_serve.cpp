@@ -146,8 +146,8 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 // ModelServer on 127.0.0.1 and a free port, listening on a thread of its own until destroyed.
 class RunningServer {
  public:
-  explicit RunningServer(ServerOptions options = test_options())
-      : server_(Classifier::from_checkpoint(checkpoint().path, 2), std::move(options)),
+  explicit RunningServer(ServerOptions options = test_options(), const std::filesystem::path& model = checkpoint().path)
+      : server_(Classifier::from_checkpoint(model, 2), std::move(options)),
         port_(server_.bind()),
         thread_([this] { server_.listen(); }) {}
   ~RunningServer() {
@@ -348,6 +348,20 @@ TEST_CASE("serve: bad requests get a 4xx JSON error and the server keeps serving
   const Answer ok = post(client, valid);
   REQUIRE(ok.status == 200);
   CHECK(parse_answer(ok.body).size() == kClassNames.size());
+}
+
+TEST_CASE("serve: a model that answers NaN gets a 500 JSON error on every request, not a broken answer") {
+  kiln::test::ScratchDir dir;
+  auto state = fashion_mnist::make_model()->state_dict();
+  state.at("11.bias") = kiln::full<float>(state.at("11.bias").shape(), std::numeric_limits<float>::quiet_NaN());
+  kiln::io::Checkpoint().put("model", state).save(dir / "nan.safetensors");
+  RunningServer running(RunningServer::test_options(), dir / "nan.safetensors");
+  httplib::Client client = running.client();
+  for (int i = 0; i < 2; ++i) {
+    const Answer a = post(client, png_of(test_image(5)));
+    CHECK(a.status == 500);
+    CHECK(a.body == "{\"error\": \"the model answered a probability that is not finite\"}");
+  }
 }
 
 TEST_CASE("serve: PGM, PNG and a 56x56 RGB PNG of the same pixels give the same answer, sorted") {
