@@ -1,0 +1,7 @@
+#pragma once
+// kiln's attention (optional: not part of <kiln/kiln.hpp>): FlexAttention-style fused attention with
+// compile-time score and mask modifiers (attention/flex_attention.hpp), block masks, ready-made modifiers.
+#include "kiln/attention/block_mask.hpp"
+#include "kiln/attention/flex_attention.hpp"
+#include "kiln/attention/mods.hpp"
+#include "kiln/attention/modifier.hpp"

@@ -1,0 +1,311 @@
+#pragma once
+// The CPU kernels of flex_attention: tiled online softmax (FlashAttention-2's schedule) with the score and
+// mask modifiers inlined, never materializing the Lq x Lkv matrix. A query tile of the block mask's
+// q_block rows meets one key tile at a time: S = (scale Q) K^T by Eigen's GEMM on the tile, then per row the
+// modifier, mask and running max/sum on Highway vectors along the keys, then O += P V. Tiles the block mask
+// marks empty are skipped; full ones skip the mask. Accumulation is in float (double for double tensors);
+// bfloat16 tiles are converted as they are loaded. Threads: forward over batch x head x query tile,
+// backward over batch x key/value head (the heads of a GQA group run in one thread, which owns dK and dV).
+//
+// Backward, per key tile and query tile, recomputes P = exp(S' - lse) from the saved log-sum-exp (S' the
+// modified, masked score), then dV += P^T dO, dP = dO V^T, dS' = P (dP - delta) with
+// delta = rowsum(dO * O) - dlse, the modifier's backward turns dS' into dS (and scatters into captured
+// tensors' gradients), dQ += scale dS K, dK += dS^T (scale Q).
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kiln/attention/block_mask.hpp"
+#include "kiln/cpu/gemm.hpp"
+#include "kiln/tensor/softmax.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln {
+namespace HWY_NAMESPACE {
+namespace flex {
+namespace hn = hwy::HWY_NAMESPACE;
+using attention::BlockMask;
+using attention::BlockState;
+using attention::Env;
+using attention::Point;
+
+// float for float and bfloat16, double for double.
+template <class T>
+using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Rows of a [B, H, L, dim] tensor whose last dim is contiguous.
+template <class T>
+struct Rows {
+  const T* data;
+  int64_t sb, sh, sl;
+  const T* row(int64_t b, int64_t h, int64_t l) const { return data + b * sb + h * sh + l * sl; }
+};
+
+struct Sizes {
+  int64_t B, Hq, Hkv, Lq, Lkv, D, Dv;
+  int64_t group() const { return Hq / Hkv; }
+};
+
+template <class A>
+using RowMajor = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class A>
+using Tile = Eigen::Map<RowMajor<A>, 0, Eigen::OuterStride<>>;
+template <class A>
+Tile<A> tile(A* p, int64_t rows, int64_t cols, int64_t ld) {
+  return Tile<A>(p, rows, cols, Eigen::OuterStride<>(ld));
+}
+
+// Rows [l0, l0 + n) of (b, h), times factor, into a contiguous buffer of `cols` columns.
+template <class T, class A>
+void load_rows(const Rows<T>& src, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t cols, A factor, A* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* s = src.row(b, h, l0 + i);
+    A* o = dst + i * cols;
+    for (int64_t c = 0; c < cols; ++c) o[c] = A(s[c]) * factor;
+  }
+}
+
+template <class A>
+int64_t padded(int64_t n) {
+  const hn::ScalableTag<A> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  return (n + N - 1) / N * N;
+}
+
+// One row of a score tile (`c` keys from k0, row stride padded to whole vectors): the modifier, then the mask
+// (partial tiles) and the keys past the tile's end as -inf. Returns the row's max.
+template <bool kPartial, class S, class M, class A>
+HWY_INLINE A modify_row(A* s, int64_t c, int64_t b, int64_t h, int64_t q, int64_t k0, const S& score_mod,
+                        const M& mask_mod, Env<A>& env) {
+  const hn::ScalableTag<A> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<A>::infinity());
+  auto vmax = neg_inf;
+  for (int64_t j = 0; j < c; j += N) {
+    auto p = attention::detail::make_point(d, b, h, q, k0 + j, k0 + c);
+    p.score = hn::LoadU(d, s + j);
+    if constexpr (kPartial) p.live = hn::And(p.live, mask_mod.value(d, p, env));
+    auto x = p.score;
+    if constexpr (!std::is_same_v<S, attention::node::Score>) x = score_mod.value(d, p, env);
+    x = hn::IfThenElse(p.live, x, neg_inf);
+    hn::StoreU(x, d, s + j);
+    vmax = hn::Max(vmax, x);
+  }
+  return hn::GetLane(hn::MaxOfLanes(d, vmax));
+}
+
+// exp(s - shift) over a padded row (shift finite), in place; returns the sum.
+template <class A>
+HWY_INLINE A exp_row(A* s, int64_t c, A shift) {
+  const hn::ScalableTag<A> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto vs = hn::Set(d, shift);
+  auto sum = hn::Zero(d);
+  for (int64_t j = 0; j < c; j += N) {
+    const auto e = softmax_detail::exp_nonpositive(d, hn::Min(hn::Sub(hn::LoadU(d, s + j), vs), hn::Zero(d)));
+    hn::StoreU(e, d, s + j);
+    sum = hn::Add(sum, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+template <class A>
+struct ForwardScratch {
+  std::vector<A> q, k, v, s, o, m, l, alpha;
+  ForwardScratch(int64_t bq, int64_t bk, int64_t D, int64_t Dv, int64_t ld)
+      : q(size_t(bq * D)), k(size_t(bk * D)), v(size_t(bk * Dv)), s(size_t(bq * ld)), o(size_t(bq * Dv)),
+        m(size_t(bq)), l(size_t(bq)), alpha(size_t(bq)) {}
+};
+
+// out [B, Hq, Lq, Dv] and lse [B, Hq, Lq], contiguous. Returns false when a live lane read a captured
+// tensor out of bounds.
+template <class T, class S, class M>
+bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& g, double scale, const S& score_mod,
+             const BlockMask<M>& bm, T* out, Acc<T>* lse) {
+  using A = Acc<T>;
+  const int64_t Bq = bm.q_block, Bk = bm.kv_block, nq = bm.q_blocks(), nk = bm.kv_blocks(), ld = padded<A>(Bk);
+  const int64_t units = g.B * g.Hq * nq;
+  bool bad_index = false;
+#pragma omp parallel reduction(|| : bad_index) if (units > 1)
+  {
+    ForwardScratch<A> w(Bq, Bk, g.D, g.Dv, ld);
+    Env<A> env;
+#pragma omp for schedule(dynamic)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t qb = u % nq, h = u / nq % g.Hq, b = u / (nq * g.Hq), hk = h / g.group();
+      const int64_t q0 = qb * Bq, r = std::min(Bq, g.Lq - q0);
+      load_rows(q, b, h, q0, r, g.D, A(scale), w.q.data());
+      std::fill(w.o.begin(), w.o.end(), A(0));
+      std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<A>::infinity());
+      std::fill(w.l.begin(), w.l.end(), A(0));
+      auto O = tile(w.o.data(), r, g.Dv, g.Dv);
+      for (int64_t kb = 0; kb < nk; ++kb) {
+        const BlockState state = bm.at(b, h, qb, kb);
+        if (state == BlockState::Empty) continue;
+        const int64_t k0 = kb * Bk, c = std::min(Bk, g.Lkv - k0);
+        load_rows(k, b, hk, k0, c, g.D, A(1), w.k.data());
+        load_rows(v, b, hk, k0, c, g.Dv, A(1), w.v.data());
+        auto Sm = tile(w.s.data(), r, c, ld);
+        Sm.noalias() = tile(w.q.data(), r, g.D, g.D) * tile(w.k.data(), c, g.D, g.D).transpose();
+        for (int64_t i = 0; i < r; ++i) {
+          A* s = w.s.data() + i * ld;
+          const A mx = state == BlockState::Full
+                           ? modify_row<false>(s, c, b, h, q0 + i, k0, score_mod, bm.mask_mod, env)
+                           : modify_row<true>(s, c, b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
+          const A m_new = std::max(w.m[i], mx);
+          if (m_new == -std::numeric_limits<A>::infinity()) {  // nothing live in this row yet
+            std::fill(s, s + c, A(0));
+            w.alpha[i] = 1;
+            continue;
+          }
+          w.alpha[i] = std::exp(w.m[i] - m_new);
+          w.l[i] = w.l[i] * w.alpha[i] + exp_row(s, c, m_new);
+          w.m[i] = m_new;
+        }
+        for (int64_t i = 0; i < r; ++i)
+          if (w.alpha[i] != A(1)) O.row(i) *= w.alpha[i];
+        O.noalias() += Sm * tile(w.v.data(), c, g.Dv, g.Dv);
+      }
+      for (int64_t i = 0; i < r; ++i) {
+        T* o = out + ((b * g.Hq + h) * g.Lq + q0 + i) * g.Dv;
+        A& row_lse = lse[(b * g.Hq + h) * g.Lq + q0 + i];
+        if (w.l[i] == A(0)) {  // every key masked: zeros, lse -inf (as PyTorch)
+          std::fill(o, o + g.Dv, T(0));
+          row_lse = -std::numeric_limits<A>::infinity();
+          continue;
+        }
+        const A inv = A(1) / w.l[i];
+        for (int64_t c = 0; c < g.Dv; ++c) o[c] = T(w.o[size_t(i * g.Dv + c)] * inv);
+        row_lse = w.m[i] + std::log(w.l[i]);
+      }
+    }
+    bad_index = bad_index || env.bad_index;
+  }
+  return !bad_index;
+}
+
+template <class A>
+struct BackwardScratch {
+  std::vector<A> q, dout, k, v, s, p, dp, dq, dk, dv, delta;
+  BackwardScratch(int64_t bq, int64_t bk, const Sizes& g, int64_t ld)
+      : q(size_t(bq * g.D)), dout(size_t(bq * g.Dv)), k(size_t(bk * g.D)), v(size_t(bk * g.Dv)), s(size_t(bq * ld)),
+        p(size_t(bq * ld)), dp(size_t(bq * ld)), dq(size_t(g.Lq * g.D)), dk(size_t(g.Lkv * g.D)),
+        dv(size_t(g.Lkv * g.Dv)), delta(size_t(g.Lq)) {}
+};
+
+// The gradients dq [B, Hq, Lq, D], dk [B, Hkv, Lkv, D], dv [B, Hkv, Lkv, Dv] (contiguous; null: not wanted)
+// from dout (and dlse, null for none). captured_grads(thread) gives that thread's gradient buffer per captured
+// tensor of score_mod (its Env::grad). Returns false when a live lane read a captured tensor out of bounds.
+template <class T, class S, class M, class GradBuffers>
+bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out, const Acc<T>* lse, const Rows<T>& dout,
+              const Acc<T>* dlse, const Sizes& g, double scale, const S& score_mod, const BlockMask<M>& bm, T* dq, T* dk,
+              T* dv, GradBuffers&& captured_grads) {
+  using A = Acc<T>;
+  constexpr bool kIdentity = std::is_same_v<S, attention::node::Score>;
+  const int64_t Bq = bm.q_block, Bk = bm.kv_block, nq = bm.q_blocks(), nk = bm.kv_blocks(), ld = padded<A>(Bk);
+  const int64_t units = g.B * g.Hkv;
+  bool bad_index = false;
+#pragma omp parallel reduction(|| : bad_index) if (units > 1)
+  {
+    BackwardScratch<A> w(Bq, Bk, g, ld);
+    Env<A> env;
+#ifdef _OPENMP
+    env.grad = captured_grads(omp_get_thread_num());
+#else
+    env.grad = captured_grads(0);
+#endif
+    const hn::ScalableTag<A> d;
+    const int64_t N = int64_t(hn::Lanes(d));
+#pragma omp for schedule(dynamic)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t hk = u % g.Hkv, b = u / g.Hkv;
+      std::fill(w.dk.begin(), w.dk.end(), A(0));
+      std::fill(w.dv.begin(), w.dv.end(), A(0));
+      for (int64_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
+        const int64_t bh = b * g.Hq + h;
+        for (int64_t i = 0; i < g.Lq; ++i) {
+          const T* o = out + (bh * g.Lq + i) * g.Dv;
+          const T* go = dout.row(b, h, i);
+          A acc = 0;
+          for (int64_t c = 0; c < g.Dv; ++c) acc += A(o[c]) * A(go[c]);
+          w.delta[size_t(i)] = acc - (dlse ? dlse[bh * g.Lq + i] : A(0));
+        }
+        std::fill(w.dq.begin(), w.dq.end(), A(0));
+        for (int64_t kb = 0; kb < nk; ++kb) {
+          const int64_t k0 = kb * Bk, c = std::min(Bk, g.Lkv - k0);
+          bool loaded = false;
+          for (int64_t qb = 0; qb < nq; ++qb) {
+            const BlockState state = bm.at(b, h, qb, kb);
+            if (state == BlockState::Empty) continue;
+            if (!loaded) {
+              load_rows(k, b, hk, k0, c, g.D, A(1), w.k.data());
+              load_rows(v, b, hk, k0, c, g.Dv, A(1), w.v.data());
+              loaded = true;
+            }
+            const int64_t q0 = qb * Bq, r = std::min(Bq, g.Lq - q0);
+            load_rows(q, b, h, q0, r, g.D, A(scale), w.q.data());
+            load_rows(dout, b, h, q0, r, g.Dv, A(1), w.dout.data());
+            const auto K = tile(w.k.data(), c, g.D, g.D), V = tile(w.v.data(), c, g.Dv, g.Dv);
+            const auto Q = tile(w.q.data(), r, g.D, g.D), dO = tile(w.dout.data(), r, g.Dv, g.Dv);
+            auto Sm = tile(w.s.data(), r, c, ld), P = tile(w.p.data(), r, c, ld), dP = tile(w.dp.data(), r, c, ld);
+            Sm.noalias() = Q * K.transpose();
+            // P from the saved lse; the raw scores stay in s for the modifier's backward.
+            for (int64_t i = 0; i < r; ++i) {
+              A* p = w.p.data() + i * ld;
+              std::copy(w.s.data() + i * ld, w.s.data() + i * ld + c, p);
+              const A row_lse = lse[bh * g.Lq + q0 + i];
+              if (state == BlockState::Full) modify_row<false>(p, c, b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
+              else modify_row<true>(p, c, b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
+              if (row_lse == -std::numeric_limits<A>::infinity()) std::fill(p, p + padded<A>(c), A(0));
+              else exp_row(p, c, row_lse);
+            }
+            tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv).noalias() += P.transpose() * dO;
+            dP.noalias() = dO * V.transpose();
+            for (int64_t i = 0; i < r; ++i) {
+              const A* p = w.p.data() + i * ld;
+              A* ds = w.dp.data() + i * ld;
+              const auto delta = hn::Set(d, w.delta[size_t(q0 + i)]);
+              for (int64_t j = 0; j < c; j += N) {
+                const auto dsm = hn::Mul(hn::LoadU(d, p + j), hn::Sub(hn::LoadU(d, ds + j), delta));
+                if constexpr (kIdentity) {
+                  hn::StoreU(dsm, d, ds + j);
+                } else {
+                  auto pt = attention::detail::make_point(d, b, h, q0 + i, k0 + j, k0 + c);
+                  pt.score = hn::LoadU(d, w.s.data() + i * ld + j);
+                  if (state == BlockState::Partial) pt.live = hn::And(pt.live, bm.mask_mod.value(d, pt, env));
+                  auto dscore = hn::Zero(d);
+                  score_mod.backward(d, pt, hn::IfThenElseZero(pt.live, dsm), env, dscore);
+                  hn::StoreU(dscore, d, ds + j);
+                }
+              }
+            }
+            tile(w.dq.data() + q0 * g.D, r, g.D, g.D).noalias() += dP * K;
+            tile(w.dk.data() + k0 * g.D, c, g.D, g.D).noalias() += dP.transpose() * Q;
+          }
+        }
+        if (dq)
+          for (int64_t i = 0; i < g.Lq * g.D; ++i) dq[bh * g.Lq * g.D + i] = T(w.dq[size_t(i)] * A(scale));
+      }
+      const int64_t bhk = b * g.Hkv + hk;
+      if (dk)
+        for (int64_t i = 0; i < g.Lkv * g.D; ++i) dk[bhk * g.Lkv * g.D + i] = T(w.dk[size_t(i)]);
+      if (dv)
+        for (int64_t i = 0; i < g.Lkv * g.Dv; ++i) dv[bhk * g.Lkv * g.Dv + i] = T(w.dv[size_t(i)]);
+    }
+    bad_index = bad_index || env.bad_index;
+  }
+  return !bad_index;
+}
+
+}  // namespace flex
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln
+HWY_AFTER_NAMESPACE();
