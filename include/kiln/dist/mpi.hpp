@@ -1,0 +1,306 @@
+#pragma once
+// The MPI backend of kiln::dist::ProcessGroup (CPU tensors), over Open MPI or any MPI-3 library. Including this
+// header registers the backend "mpi" for init_process_group; MpiProcessGroup can also be made directly over a
+// communicator the host program already has (kiln is meant to be vendored into MPI codes):
+//
+//   mpirun -np 4 ./train                          // rank and size from the launcher
+//   auto& pg = kiln::dist::init_process_group("mpi", std::chrono::seconds(60));
+//   kiln::dist::MpiProcessGroup pg(options, my_comm);   // over a duplicate of my_comm
+//
+// MPI is initialized (MPI_THREAD_SERIALIZED) when the program has not done it, and then finalized at exit, except
+// after a DistError: finalizing waits for the peers that failed, so the process exits without it. Every operation
+// is a non-blocking MPI call polled against the group's timeout (mpi_work.hpp), on a duplicate of the
+// communicator with MPI_ERRORS_RETURN. A rank that exits makes Open MPI's mpirun kill the others at once unless
+// it runs with --enable-recovery; with it, the survivors throw DistError after the timeout (docs/distributed.md).
+// Calls must come from one thread at a time.
+#include "kiln/dist/mpi_header.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "kiln/autograd/grad_mode.hpp"
+#include "kiln/dist/init.hpp"
+#include "kiln/dist/mpi_types.hpp"
+#include "kiln/dist/mpi_work.hpp"
+#include "kiln/dist/process_group.hpp"
+
+namespace kiln::dist {
+
+namespace detail {
+
+// Initializes MPI unless the program did; then finalizes it at exit unless a group was aborted.
+inline void ensure_mpi_initialized() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+  if (rc != MPI_SUCCESS) throw DistError("init_process_group", -1, "MPI_Init_thread failed: " + mpi_error_string(rc));
+  std::atexit([] {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && !any_group_aborted()) MPI_Finalize();
+  });
+}
+
+// A contiguous buffer for t: t itself, or a contiguous copy whose values go back into t after the operation
+// when the operation writes t.
+struct Staged {
+  AnyTensor user, buffer;
+  bool copy_back = false;
+};
+inline Staged stage(const AnyTensor& t, bool writes) {
+  if (t.is_contiguous()) return {t, t, false};
+  return {t, t.contiguous(), writes};
+}
+inline void copy_into(const AnyTensor& dst, const AnyTensor& src) {
+  NoGradGuard no_grad;
+  dst.visit([&](const auto& d) {
+    using T = typename std::remove_cvref_t<decltype(d)>::value_type;
+    auto out = d;
+    out.copy_(src.as<T>());
+  });
+}
+// After MPI wrote a tensor's memory directly: bump its version (for saved-tensor checks), copy back, average.
+inline void written(const Staged& s, ReduceOp op, int size) {
+  if (s.copy_back) copy_into(s.user, s.buffer);
+  if (op == ReduceOp::avg) {
+    NoGradGuard no_grad;
+    s.user.visit([&](const auto& t) {
+      using T = typename std::remove_cvref_t<decltype(t)>::value_type;
+      if constexpr (is_floating_v<T>) {
+        auto out = t;
+        out /= compute_t<T>(size);
+      }
+    });
+  }
+  if (s.user.numel() > 0 && !s.copy_back && op != ReduceOp::avg) s.user.impl_ptr()->storage->bump_version();
+}
+
+}  // namespace detail
+
+class MpiProcessGroup : public ProcessGroup {
+ public:
+  // Over a duplicate of comm (MPI_COMM_WORLD by default), initializing MPI when needed.
+  explicit MpiProcessGroup(ProcessGroupOptions options = {}, MPI_Comm comm = MPI_COMM_WORLD)
+      : state_(std::make_shared<detail::MpiCommState>()), check_shapes_(options.check_shapes) {
+    check<std::invalid_argument>(options.timeout.count() > 0, "MpiProcessGroup: timeout must be positive, got ",
+                                 options.timeout.count(), " ms");
+    detail::ensure_mpi_initialized();
+    state_->timeout = options.timeout;
+    int rc = MPI_Comm_dup(comm, &state_->comm);
+    if (rc != MPI_SUCCESS) throw DistError("MpiProcessGroup", -1, "MPI_Comm_dup failed: " + detail::mpi_error_string(rc));
+    MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(state_->comm, &state_->rank);
+    MPI_Comm_size(state_->comm, &state_->size);
+  }
+  ~MpiProcessGroup() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    // After a failure the communicator is abandoned: freeing it may wait for the lost peers.
+    if (!state_->aborted && !finalized) MPI_Comm_free(&state_->comm);
+  }
+
+  int rank() const override { return state_->rank; }
+  int size() const override { return state_->size; }
+  std::string backend() const override { return "mpi"; }
+  std::chrono::milliseconds timeout() const override { return state_->timeout; }
+  bool aborted() const override { return state_->aborted; }
+  MPI_Comm comm() const { return state_->comm; }
+  [[noreturn]] void abort_job(int exit_code) override {
+    MPI_Abort(state_->comm, exit_code);
+    std::_Exit(exit_code);
+  }
+
+  std::shared_ptr<Work> all_reduce_async(const AnyTensor& t, ReduceOp op = ReduceOp::sum) override {
+    const char* name = "all_reduce";
+    const MPI_Op mop = prepare(name, {t}, op);
+    detail::Staged s = detail::stage(t, true);
+    const int n = count(name, s.buffer);
+    return start(name, s.buffer, {s.buffer}, [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, s.buffer.data_ptr(), n, detail::mpi_datatype(t.dtype()), mop, comm(), r);
+    }, finish_written(s, op));
+  }
+
+  std::shared_ptr<Work> broadcast_async(const AnyTensor& t, int root = 0) override {
+    const char* name = "broadcast";
+    prepare(name, {t}, std::nullopt, root);
+    detail::Staged s = detail::stage(t, rank() != root);
+    const int n = count(name, s.buffer);
+    return start(name, s.buffer, {s.buffer}, [&](MPI_Request* r) {
+      return MPI_Ibcast(s.buffer.data_ptr(), n, detail::mpi_datatype(t.dtype()), root, comm(), r);
+    }, rank() == root ? std::function<void()>{} : finish_written(s, ReduceOp::sum));
+  }
+
+  std::shared_ptr<Work> reduce_async(const AnyTensor& t, int root = 0, ReduceOp op = ReduceOp::sum) override {
+    const char* name = "reduce";
+    const MPI_Op mop = prepare(name, {t}, op, root);
+    const bool is_root = rank() == root;
+    detail::Staged s = detail::stage(t, is_root);
+    const int n = count(name, s.buffer);
+    return start(name, s.buffer, {s.buffer}, [&](MPI_Request* r) {
+      return MPI_Ireduce(is_root ? MPI_IN_PLACE : s.buffer.data_ptr(), is_root ? s.buffer.data_ptr() : nullptr, n,
+                         detail::mpi_datatype(t.dtype()), mop, root, comm(), r);
+    }, is_root ? finish_written(s, op) : std::function<void()>{});
+  }
+
+  std::shared_ptr<Work> all_gather_async(const AnyTensor& output, const AnyTensor& input) override {
+    const char* name = "all_gather";
+    prepare(name, {output, input});
+    check<ShapeError>(output.numel() == int64_t(size()) * input.numel(), name, ": output of shape ", output.shape(),
+                      " must have ", size(), " x ", input.numel(), " elements for input of shape ", input.shape(),
+                      " on ", size(), " ranks");
+    detail::Staged in = detail::stage(input, false), out = detail::stage(output, true);
+    const int n = count(name, in.buffer);
+    count(name, out.buffer);
+    const MPI_Datatype dt = detail::mpi_datatype(input.dtype());
+    return start(name, in.buffer, {in.buffer, out.buffer}, [&](MPI_Request* r) {
+      return MPI_Iallgather(in.buffer.data_ptr(), n, dt, out.buffer.data_ptr(), n, dt, comm(), r);
+    }, finish_written(out, ReduceOp::sum));
+  }
+
+  std::shared_ptr<Work> reduce_scatter_async(const AnyTensor& output, const AnyTensor& input,
+                                             ReduceOp op = ReduceOp::sum) override {
+    const char* name = "reduce_scatter";
+    const MPI_Op mop = prepare(name, {output, input}, op);
+    check<ShapeError>(input.numel() == int64_t(size()) * output.numel(), name, ": input of shape ", input.shape(),
+                      " must have ", size(), " x ", output.numel(), " elements for output of shape ", output.shape(),
+                      " on ", size(), " ranks");
+    detail::Staged in = detail::stage(input, false), out = detail::stage(output, true);
+    const int n = count(name, out.buffer);
+    count(name, in.buffer);
+    return start(name, out.buffer, {in.buffer, out.buffer}, [&](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(in.buffer.data_ptr(), out.buffer.data_ptr(), n,
+                                       detail::mpi_datatype(input.dtype()), mop, comm(), r);
+    }, finish_written(out, op));
+  }
+
+  std::shared_ptr<Work> all_to_all_async(const AnyTensor& output, const AnyTensor& input) override {
+    const char* name = "all_to_all";
+    prepare(name, {output, input});
+    check<ShapeError>(input.numel() == output.numel() && input.numel() % size() == 0, name, ": input of shape ",
+                      input.shape(), " and output of shape ", output.shape(),
+                      " must have the same number of elements, a multiple of the ", size(), " ranks");
+    detail::Staged in = detail::stage(input, false), out = detail::stage(output, true);
+    const int n = count(name, in.buffer) / size();
+    const MPI_Datatype dt = detail::mpi_datatype(input.dtype());
+    return start(name, in.buffer, {in.buffer, out.buffer}, [&](MPI_Request* r) {
+      return MPI_Ialltoall(in.buffer.data_ptr(), n, dt, out.buffer.data_ptr(), n, dt, comm(), r);
+    }, finish_written(out, ReduceOp::sum));
+  }
+
+  std::shared_ptr<Work> barrier_async() override {
+    const char* name = "barrier";
+    state_->check_usable(name);
+    if (check_shapes_) agree(name, {0, 0, 0, 0});
+    return start(name, AnyTensor(), {}, [&](MPI_Request* r) { return MPI_Ibarrier(comm(), r); }, {});
+  }
+
+  std::shared_ptr<Work> send_async(const AnyTensor& t, int dst, int tag = 0) override {
+    const char* name = "send";
+    check_peer(name, dst, tag);
+    state_->check_usable(name);
+    detail::Staged s = detail::stage(t, false);
+    const int n = count(name, s.buffer);
+    return start(name, s.buffer, {s.buffer}, [&](MPI_Request* r) {
+      return MPI_Isend(s.buffer.data_ptr(), n, detail::mpi_datatype(t.dtype()), dst, tag, comm(), r);
+    }, {}, kiln::detail::cat(" to rank ", dst, ", tag ", tag));
+  }
+
+  std::shared_ptr<Work> recv_async(const AnyTensor& t, int src, int tag = 0) override {
+    const char* name = "recv";
+    check_peer(name, src, tag);
+    state_->check_usable(name);
+    detail::Staged s = detail::stage(t, true);
+    const int n = count(name, s.buffer);
+    return start(name, s.buffer, {s.buffer}, [&](MPI_Request* r) {
+      return MPI_Irecv(s.buffer.data_ptr(), n, detail::mpi_datatype(t.dtype()), src, tag, comm(), r);
+    }, finish_written(s, ReduceOp::sum), kiln::detail::cat(" from rank ", src, ", tag ", tag));
+  }
+
+ private:
+  // Checks the arguments every collective shares (and, with check_shapes, that all ranks agree); returns the
+  // MPI_Op when there is a reduction.
+  MPI_Op prepare(const char* name, std::initializer_list<AnyTensor> tensors, std::optional<ReduceOp> op = {},
+                 int root = 0) {
+    state_->check_usable(name);
+    for (const AnyTensor& t : tensors) {
+      check<std::invalid_argument>(t.defined(), name, ": the tensor is undefined");
+      check<DTypeError>(t.dtype() == tensors.begin()->dtype(), name, ": output and input dtypes differ (",
+                        dtype_name(tensors.begin()->dtype()), " and ", dtype_name(t.dtype()), ")");
+    }
+    check<std::invalid_argument>(root >= 0 && root < size(), name, ": root ", root, " is not a rank of a group of ",
+                                 size());
+    const AnyTensor& first = *tensors.begin();
+    const MPI_Op mop = op ? detail::mpi_op(*op, first.dtype(), name) : MPI_OP_NULL;
+    if (check_shapes_) {
+      int64_t numel = 0;
+      for (const AnyTensor& t : tensors) numel = numel * 1000003 + t.numel();
+      agree(name, {int64_t(first.dtype()), numel, op ? int64_t(*op) : -1, root});
+    }
+    return mop;
+  }
+
+  void check_peer(const char* name, int peer, int tag) const {
+    check<std::invalid_argument>(peer >= 0 && peer < size() && peer != rank(), name, ": peer rank ", peer,
+                                 " must be another rank of the group of ", size(), " (this is rank ", rank(), ")");
+    check<std::invalid_argument>(tag >= 0 && tag <= 32767, name, ": tag ", tag, " must be in [0, 32767]");
+  }
+
+  int count(const char* name, const AnyTensor& t) const {
+    check<std::invalid_argument>(t.numel() <= std::numeric_limits<int>::max(), name, ": ", t.numel(),
+                                 " elements are more than one MPI call takes (", std::numeric_limits<int>::max(), ")");
+    return int(t.numel());
+  }
+
+  std::function<void()> finish_written(const detail::Staged& s, ReduceOp op) const {
+    return [s, op, size = size()] { detail::written(s, op, size); };
+  }
+
+  // Issues the MPI call `issue(&request)` and wraps its request.
+  template <class Issue>
+  std::shared_ptr<Work> start(const char* name, const AnyTensor& described, std::vector<AnyTensor> buffers,
+                              Issue&& issue, std::function<void()> finish, const std::string& peer = "") {
+    ++state_->sequence;
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = issue(&request);
+    if (rc != MPI_SUCCESS) state_->fail(name, "MPI could not start it: " + detail::mpi_error_string(rc));
+    std::string what = described.defined() ? kiln::detail::cat(described.numel(), " ", dtype_name(described.dtype()),
+                                                              " values", peer)
+                                           : std::string("no data");
+    return std::make_shared<detail::MpiWork>(state_, name, std::move(what), request, std::move(buffers),
+                                             std::move(finish));
+  }
+
+  // check_shapes: all ranks exchange `mine` and throw DistError (on every rank) when they differ.
+  void agree(const char* name, std::array<int64_t, 4> mine) {
+    std::vector<int64_t> all(size_t(4 * size()));
+    start(name, AnyTensor(), {}, [&](MPI_Request* r) {
+      return MPI_Iallgather(mine.data(), 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm(), r);
+    }, {})->wait();
+    for (int r = 0; r < size(); ++r)
+      if (!std::equal(mine.begin(), mine.end(), all.begin() + 4 * r)) {
+        std::string table;
+        for (int q = 0; q < size(); ++q)
+          table += kiln::detail::cat(q ? "; " : "", "rank ", q, ": dtype ", dtype_name(ScalarType(all[size_t(4 * q)])),
+                                     ", size code ", all[size_t(4 * q + 1)], ", op ", all[size_t(4 * q + 2)],
+                                     ", root ", all[size_t(4 * q + 3)]);
+        throw DistError(name, rank(), "check_shapes: the ranks called it with different arguments (" + table + ")");
+      }
+  }
+
+  std::shared_ptr<detail::MpiCommState> state_;
+  bool check_shapes_;
+};
+
+namespace detail {
+inline const bool mpi_backend_registered = register_backend("mpi", [](const ProcessGroupOptions& options) {
+  return std::static_pointer_cast<ProcessGroup>(std::make_shared<MpiProcessGroup>(options));
+});
+}  // namespace detail
+
+}  // namespace kiln::dist
