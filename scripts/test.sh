@@ -37,7 +37,7 @@ update_cpu() {
 
 # ---- packages ------------------------------------------------------------------------------------
 packages=(meson ninja-build g++ make pkg-config cmake python3 libhwy-dev libeigen3-dev doctest-dev
-          libbenchmark-dev zlib1g-dev python3-numpy libcpp-httplib-dev libpng-dev)
+          libbenchmark-dev zlib1g-dev python3-numpy libcpp-httplib-dev libpng-dev libopenmpi-dev openmpi-bin)
 if ! bash scripts/ensure_packages.sh "${packages[@]}"; then
   echo "0 passed, 1 failed"
   exit 1
