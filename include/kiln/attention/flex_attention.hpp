@@ -45,7 +45,8 @@ Tensor<T> inner_contiguous(const Tensor<T>& t) {
 
 // A tensor the score modifier reads: kept (version-checked) for backward; gradients for floating types.
 struct CapturedSlot {
-  autograd::SavedTensor saved;
+  autograd::ImplPtr tensor;     // the captured tensor itself: its gradient edge
+  autograd::SavedTensor saved;  // a view of it, for the version check
   ScalarType dtype;
   int64_t numel;
   bool floating() const { return dtype == ScalarType::Float || dtype == ScalarType::Double; }
@@ -57,7 +58,7 @@ std::vector<CapturedSlot> number_captured(S& score_mod) {
   score_mod.each_captured([&](auto& gather) {
     gather.slot = int(slots.size());
     const auto& impl = gather.table.impl_ptr();
-    slots.push_back({autograd::SavedTensor(impl), impl->dtype, gather.table.numel()});
+    slots.push_back({impl, autograd::SavedTensor(impl), impl->dtype, gather.table.numel()});
   });
   return slots;
 }
@@ -107,7 +108,7 @@ struct FlexAttentionBackward : autograd::Node {
     next_edges.push_back(autograd::gradient_edge(q.impl_ptr()));
     next_edges.push_back(autograd::gradient_edge(k.impl_ptr()));
     next_edges.push_back(autograd::gradient_edge(v.impl_ptr()));
-    for (const CapturedSlot& c : captured_) next_edges.push_back(autograd::gradient_edge(c.saved.impl));
+    for (const CapturedSlot& c : captured_) next_edges.push_back(autograd::gradient_edge(c.tensor));
   }
   std::string name() const override { return "FlexAttentionBackward"; }
   int num_outputs() const override { return 2; }
@@ -140,7 +141,7 @@ struct FlexAttentionBackward : autograd::Node {
     result[2] = dv.impl_ptr();
     for (size_t s = 0; s < captured_.size(); ++s) {
       if (!wanted[s]) continue;
-      const Shape& shape = captured_[s].saved.impl->shape;
+      const Shape& shape = captured_[s].tensor->shape;
       result[3 + s] = captured_[s].dtype == ScalarType::Float ? cg.template sum<float>(s, shape).impl_ptr()
                                                               : cg.template sum<double>(s, shape).impl_ptr();
     }
@@ -186,7 +187,7 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
   check<std::out_of_range>(ok, "flex_attention: the score_mod or mask_mod reads a captured tensor out of its bounds");
   bool needs_grad = autograd::requires_grad(q.impl()) || autograd::requires_grad(k.impl()) ||
                     autograd::requires_grad(v.impl());
-  for (const CapturedSlot& c : captured) needs_grad |= autograd::requires_grad(*c.saved.impl);
+  for (const CapturedSlot& c : captured) needs_grad |= autograd::requires_grad(*c.tensor);
   if (GradMode::is_enabled() && needs_grad) {
     auto node = std::make_shared<FlexAttentionBackward<T, decltype(score_mod), M>>(q, k, v, out, lse, score_mod, bm, g,
                                                                                   scale, std::move(captured));
