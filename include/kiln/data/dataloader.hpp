@@ -55,6 +55,7 @@
 
 #include "kiln/data/dataset.hpp"
 #include "kiln/data/prefetcher.hpp"
+#include "kiln/data/sampler.hpp"
 #include "kiln/tensor/join.hpp"
 #include "kiln/tensor/random.hpp"
 
@@ -67,6 +68,9 @@ struct DataLoaderOptions {
   int num_workers = 0;     // 0: load in the calling thread
   int prefetch_factor = 2;  // batches in flight per worker
   uint64_t seed = Generator::default_seed;  // of the shuffles and the transforms (fixed, so runs repeat)
+  // Which indices an epoch visits, instead of the loader's own order (then shuffle must be false; the sampler
+  // shuffles): data::DistributedSampler gives each rank its part (sampler.hpp).
+  std::shared_ptr<const Sampler> sampler = nullptr;
 };
 
 namespace detail {
@@ -81,12 +85,6 @@ template <class S>
 inline constexpr bool stackable_v = false;
 template <Dtype A, Dtype B>
 inline constexpr bool stackable_v<Example<Tensor<A>, Tensor<B>>> = true;
-
-// A generator seeded from the Philox block (counter, stream) under `seed`: see the determinism notes above.
-inline Generator derived_generator(uint64_t seed, uint64_t counter, uint64_t stream) {
-  const philox::Counter w = philox::block(seed, counter, stream);
-  return Generator((uint64_t{w[1]} << 32) | w[0]);
-}
 
 }  // namespace detail
 
@@ -113,13 +111,17 @@ class DataLoader {
     check(options.batch_size > 0, "DataLoader: batch_size must be positive, got ", options.batch_size);
     check(options.num_workers >= 0, "DataLoader: num_workers must be non-negative, got ", options.num_workers);
     check(options.prefetch_factor > 0, "DataLoader: prefetch_factor must be positive, got ", options.prefetch_factor);
+    check(!(options.sampler && options.shuffle),
+          "DataLoader: shuffle must be false with a sampler (the sampler decides the order; DistributedSampler "
+          "shuffles by default)");
     check(collate_ || (std::is_same_v<Batch, Sample> && (BatchDataset<D> || detail::stackable_v<Sample>)),
           "DataLoader: samples other than Example<Tensor, Tensor> need a collate function");
   }
 
   // Batches per epoch.
   int64_t size() const {
-    const int64_t n = dataset_.size(), b = options_.batch_size;
+    const int64_t n = options_.sampler ? options_.sampler->size(dataset_.size()) : dataset_.size(),
+                  b = options_.batch_size;
     return options_.drop_last ? n / b : (n + b - 1) / b;
   }
 
@@ -141,13 +143,13 @@ class DataLoader {
   // The dataset indices of one epoch, in the order they are batched.
   std::vector<int64_t> order(uint64_t seed, int64_t epoch) const {
     const int64_t n = dataset_.size();
-    if (!options_.shuffle) {
-      std::vector<int64_t> identity(size_t(n), 0);
-      std::iota(identity.begin(), identity.end(), int64_t(0));
-      return identity;
-    }
-    Generator gen = detail::derived_generator(seed, uint64_t(epoch), 0);
-    return randperm(n, &gen).to_vector();
+    if (!options_.sampler) return detail::epoch_order(n, options_.shuffle, seed, epoch);
+    std::vector<int64_t> indices = options_.sampler->indices(n, seed, epoch);
+    check<std::logic_error>(int64_t(indices.size()) == options_.sampler->size(n), "DataLoader: the sampler gave ",
+                            indices.size(), " indices, its size() said ", options_.sampler->size(n));
+    for (const int64_t i : indices)
+      check<std::out_of_range>(i >= 0 && i < n, "DataLoader: the sampler gave index ", i, " for a dataset of ", n);
+    return indices;
   }
 
   // Batch b of an epoch whose order is `order`; called from worker threads.
