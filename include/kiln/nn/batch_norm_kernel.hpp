@@ -6,6 +6,7 @@
 //   dx = w * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean)))
 //   dweight = sum(g * (x - mean)) * invstd,  dbias = sum(g)     (sums over every dim but the channel)
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "kiln/cpu/parallel.hpp"
@@ -71,13 +72,30 @@ std::vector<double> channel_sums(const ChannelPlanes& l, const T* x) {
 
 struct BatchNormStats {
   std::vector<double> mean, var;  // biased variance
+  double count = 0;               // values per channel they are over (all replicas' for a synchronized one)
 };
 
+// Synchronized batch norm (nn::SyncBatchNorm): sums a vector over the replicas, in place. Empty: this process only.
+using ReplicaSum = std::function<void(std::vector<double>&)>;
+
+// `sums` followed by `extra`, summed over the replicas; extra's sum comes back in extra.
+inline void replica_sum(const ReplicaSum& reduce, std::vector<double>& sums, double* extra = nullptr) {
+  if (!reduce) return;
+  if (extra) sums.push_back(*extra);
+  reduce(sums);
+  if (extra) {
+    *extra = sums.back();
+    sums.pop_back();
+  }
+}
+
 template <class T>
-BatchNormStats batch_norm_stats(const ChannelPlanes& l, const T* x) {
+BatchNormStats batch_norm_stats(const ChannelPlanes& l, const T* x, const ReplicaSum& reduce = {}) {
   BatchNormStats s;
-  const double m = double(l.count());
+  s.count = double(l.count());
   s.mean = channel_sums(l, x);
+  replica_sum(reduce, s.mean, &s.count);
+  const double m = s.count;
   for (double& v : s.mean) v /= m;
   s.var = per_channel(l, [&](int64_t i, int64_t ch) {
     const T* p = ChannelPlanes::at(x, l, i, ch);
@@ -87,6 +105,7 @@ BatchNormStats batch_norm_stats(const ChannelPlanes& l, const T* x) {
       return d * d;
     });
   });
+  replica_sum(reduce, s.var);
   for (double& v : s.var) v /= m;
   return s;
 }
@@ -98,8 +117,14 @@ namespace kiln::nn::autograd_nodes {
 template <Dtype T>
 struct BatchNormBackward : autograd::Node {
   BatchNormBackward(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias, std::vector<double> w,
-                    std::vector<double> mean, std::vector<double> invstd)
-      : x_(x.impl_ptr()), w_(std::move(w)), mean_(std::move(mean)), invstd_(std::move(invstd)) {
+                    std::vector<double> mean, std::vector<double> invstd, double count,
+                    functional::detail::ReplicaSum reduce)
+      : x_(x.impl_ptr()),
+        w_(std::move(w)),
+        mean_(std::move(mean)),
+        invstd_(std::move(invstd)),
+        count_(count),
+        reduce_(std::move(reduce)) {
     next_edges.push_back(autograd::gradient_edge(x.impl_ptr()));
     next_edges.push_back(weight.defined() ? autograd::gradient_edge(weight.impl_ptr()) : autograd::Edge{});
     next_edges.push_back(bias.defined() ? autograd::gradient_edge(bias.impl_ptr()) : autograd::Edge{});
@@ -114,8 +139,8 @@ struct BatchNormBackward : autograd::Node {
     const ChannelPlanes l(x.shape());
     const T* xp = x.data_ptr();
     const T* gp = g.data_ptr();
-    const std::vector<double> sum_g = functional::detail::channel_sums(l, gp);
-    const std::vector<double> sum_gx = functional::detail::per_channel(l, [&](int64_t i, int64_t ch) {
+    std::vector<double> sum_g = functional::detail::channel_sums(l, gp);
+    std::vector<double> sum_gx = functional::detail::per_channel(l, [&](int64_t i, int64_t ch) {
       const T* p = ChannelPlanes::at(gp, l, i, ch);
       const T* q = ChannelPlanes::at(xp, l, i, ch);
       const double mu = mean_[size_t(ch)];
@@ -123,7 +148,21 @@ struct BatchNormBackward : autograd::Node {
         return double(compute_t<T>(p[j])) * (double(compute_t<T>(q[j])) - mu);
       });
     });
-    const double m = double(l.count());
+    // Synchronized: dx needs the sums over every replica (dweight and dbias stay this replica's: DDP averages
+    // them as any parameter's gradient).
+    std::vector<double> local_g, local_gx;
+    if (reduce_) {
+      local_g = sum_g;
+      local_gx = sum_gx;
+      std::vector<double> both = sum_g;
+      both.insert(both.end(), sum_gx.begin(), sum_gx.end());
+      reduce_(both);
+      sum_g.assign(both.begin(), both.begin() + l.c);
+      sum_gx.assign(both.begin() + l.c, both.end());
+    }
+    const std::vector<double>& own_g = reduce_ ? local_g : sum_g;
+    const std::vector<double>& own_gx = reduce_ ? local_gx : sum_gx;
+    const double m = count_;
     std::vector<double> k1(size_t(l.c)), k2(size_t(l.c)), k3(size_t(l.c));
     Tensor<T> dweight = empty<T>({l.c}), dbias = empty<T>({l.c});
     for (int64_t ch = 0; ch < l.c; ++ch) {
@@ -133,8 +172,8 @@ struct BatchNormBackward : autograd::Node {
       k1[c] = w * is;
       k2[c] = -w * is * is * is * mean_gx;
       k3[c] = w * is * (is * is * mean_gx * mean_[c] - mean_g);
-      dweight.data_ptr()[ch] = T(sum_gx[c] * is);
-      dbias.data_ptr()[ch] = T(sum_g[c]);
+      dweight.data_ptr()[ch] = T(own_gx[c] * is);
+      dbias.data_ptr()[ch] = T(own_g[c]);
     }
     Tensor<T> dx = empty<T>(x.shape());
     functional::detail::per_channel_affine(l, xp, k2, k3, dx.data_ptr(), gp, &k1);
@@ -145,6 +184,8 @@ struct BatchNormBackward : autograd::Node {
  private:
   autograd::SavedTensor x_;
   std::vector<double> w_, mean_, invstd_;  // the weight as the forward used it (1 without a weight)
+  double count_;                           // values per channel over all replicas
+  functional::detail::ReplicaSum reduce_;
 };
 
 }  // namespace kiln::nn::autograd_nodes
@@ -152,13 +193,13 @@ struct BatchNormBackward : autograd::Node {
 namespace kiln::nn::functional::detail {
 
 // Training-mode batch norm of x [N, C, ...]: y, and the batch statistics (mean, biased variance) for
-// the running estimates.
+// the running estimates. With `reduce`, the statistics and the backward's sums are over every replica's batch.
 template <Dtype T>
 Tensor<T> batch_norm_training(const Tensor<T>& x_in, const Tensor<T>& weight, const Tensor<T>& bias, double eps,
-                              BatchNormStats& stats) {
+                              BatchNormStats& stats, const ReplicaSum& reduce = {}) {
   const Tensor<T> x = x_in.contiguous();
   const ChannelPlanes l(x.shape());
-  stats = batch_norm_stats(l, x.data_ptr());
+  stats = batch_norm_stats(l, x.data_ptr(), reduce);
   auto values = [&](const Tensor<T>& t, double fallback) {
     std::vector<double> v(size_t(l.c), fallback);
     if (!t.defined()) return v;
@@ -180,7 +221,8 @@ Tensor<T> batch_norm_training(const Tensor<T>& x_in, const Tensor<T>& weight, co
                           (bias.defined() && bias.requires_grad());
   if (GradMode::is_enabled() && needs_grad)
     autograd::meta_of(y.impl_ptr()).grad_fn =
-        std::make_shared<autograd_nodes::BatchNormBackward<T>>(x, weight, bias, std::move(w), stats.mean, invstd);
+        std::make_shared<autograd_nodes::BatchNormBackward<T>>(x, weight, bias, std::move(w), stats.mean, invstd,
+                                                              stats.count, reduce);
   return y;
 }
 

@@ -65,24 +65,28 @@ Tensor<T> group_norm(const Tensor<T>& x, int64_t num_groups, const Tensor<T>& we
 
 // Batch normalization of x [N, C, ...] over all dims but 1. Training: batch statistics (biased variance
 // to normalize), and the running statistics, when given, move by momentum (unbiased variance, as
-// PyTorch); otherwise the running statistics normalize.
+// PyTorch); otherwise the running statistics normalize. With `replica_sum` (nn::SyncBatchNorm), training uses the
+// statistics of every replica's batch together.
 template <Dtype T>
 Tensor<T> batch_norm(const Tensor<T>& x, Tensor<T> running_mean, Tensor<T> running_var, const Tensor<T>& weight = {},
-                     const Tensor<T>& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5) {
+                     const Tensor<T>& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5,
+                     const detail::ReplicaSum& replica_sum = {}) {
   check<ShapeError>(x.dim() >= 2, "batch_norm: input must have a channel dim 1, got shape ", x.shape());
   const int64_t c = x.size(1);
   const Shape cs = detail::channel_shape(c, x.dim());
   if (training) {
-    const int64_t count = x.numel() / c;
-    check<std::invalid_argument>(count > 1, "batch_norm: expected more than 1 value per channel in training, got input ",
-                                 x.shape());
+    check<std::invalid_argument>(replica_sum || x.numel() / c > 1,
+                                 "batch_norm: expected more than 1 value per channel in training, got input ", x.shape());
     detail::BatchNormStats batch;
-    Tensor<T> y = detail::batch_norm_training(x, weight, bias, eps, batch);
+    Tensor<T> y = detail::batch_norm_training(x, weight, bias, eps, batch, replica_sum);
+    const double count = batch.count;
+    check<std::invalid_argument>(count > 1, "batch_norm: expected more than 1 value per channel in training, got ",
+                                 count, " over all replicas (input ", x.shape(), " here)");
     if (running_mean.defined() && running_var.defined()) {
       NoGradGuard no_grad;
       const Tensor<T> mu = tensor(batch.mean).template to<T>(), var_ = tensor(batch.var).template to<T>();
       running_mean.copy_(running_mean * (1 - momentum) + mu * momentum);
-      running_var.copy_(running_var * (1 - momentum) + var_ * (momentum * double(count) / double(count - 1)));
+      running_var.copy_(running_var * (1 - momentum) + var_ * (momentum * count / (count - 1)));
     }
     return y;
   }
@@ -149,17 +153,24 @@ class BatchNormImpl : public Module {
       NoGradGuard no_grad;
       num_batches_tracked += 1.0f;
     }
-    return functional::batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_);
+    return functional::batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_,
+                                  replica_sum_);
   }
   void pretty_print(std::ostream& out) const override {
-    out << name() << '(' << weight.size(0) << ", eps=" << eps_ << ", momentum=" << momentum_ << ')';
+    out << name() << '(' << weight.size(0) << ", eps=" << eps_ << ", momentum=" << momentum_
+        << (replica_sum_ ? ", synchronized" : "") << ')';
   }
   double eps() const { return eps_; }
+  // Synchronized batch norm: training statistics over every replica's batch, summed by `sum` (set by
+  // nn::convert_sync_batchnorm, <kiln/dist/sync_batch_norm.hpp>); empty for this process's batch alone.
+  void set_replica_sum(functional::detail::ReplicaSum sum) { replica_sum_ = std::move(sum); }
+  bool synchronized() const { return bool(replica_sum_); }
   Tensor<float> weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
   int lo_, hi_;
   double eps_, momentum_;
+  functional::detail::ReplicaSum replica_sum_;
 };
 
 class BatchNorm1dImpl : public BatchNormImpl {
