@@ -1,16 +1,15 @@
 #pragma once
 // The CPU kernels of flex_attention: tiled online softmax (FlashAttention-2's schedule) with the score and
 // mask modifiers inlined, never materializing the Lq x Lkv matrix. A query tile of the block mask's
-// q_block rows meets one key tile at a time: S = (scale Q) K^T by Eigen's GEMM on the tile, then per row the
-// modifier, mask and running max/sum on Highway vectors along the keys, then O += P V. Tiles the block mask
-// marks empty are skipped; full ones skip the mask. Accumulation is in float (double for double tensors);
-// bfloat16 tiles are converted as they are loaded. Threads: forward over batch x head x query tile,
+// q_block rows meets one key tile at a time: S = scale Q K^T by Eigen's GEMM on the tile (q, k and v mapped
+// in place; bfloat16 rows converted), then per row the modifier, mask and running max/sum on Highway vectors along the keys, then O += P V. Tiles the block mask
+// marks empty are skipped; full ones skip the mask. Accumulation is in float (double for double tensors). Threads: forward over batch x head x query tile,
 // backward over batch x key/value head (the heads of a GQA group run in one thread, which owns dK and dV).
 //
 // Backward, per key tile and query tile, recomputes P = exp(S' - lse) from the saved log-sum-exp (S' the
 // modified, masked score), then dV += P^T dO, dP = dO V^T, dS' = P (dP - delta) with
 // delta = rowsum(dO * O) - dlse, the modifier's backward turns dS' into dS (and scatters into captured
-// tensors' gradients), dQ += scale dS K, dK += dS^T (scale Q).
+// tensors' gradients), dQ += scale dS K, dK += scale dS^T Q.
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -63,13 +62,20 @@ Tile<A> tile(A* p, int64_t rows, int64_t cols, int64_t ld) {
   return Tile<A>(p, rows, cols, Eigen::OuterStride<>(ld));
 }
 
-// Rows [l0, l0 + n) of (b, h), times factor, into a contiguous buffer of `cols` columns.
+template <class A>
+using ConstTile = Eigen::Map<const RowMajor<A>, 0, Eigen::OuterStride<>>;
+
+// Rows [l0, l0 + n) of (b, h) as a matrix: in place when T is the compute type, else converted into buf.
 template <class T, class A>
-void load_rows(const Rows<T>& src, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t cols, A factor, A* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T* s = src.row(b, h, l0 + i);
-    A* o = dst + i * cols;
-    for (int64_t c = 0; c < cols; ++c) o[c] = A(s[c]) * factor;
+ConstTile<A> operand(const Rows<T>& src, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t cols, std::vector<A>& buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return ConstTile<A>(src.row(b, h, l0), n, cols, Eigen::OuterStride<>(src.sl));
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const T* s = src.row(b, h, l0 + i);
+      for (int64_t c = 0; c < cols; ++c) buf[size_t(i * cols + c)] = A(s[c]);
+    }
+    return ConstTile<A>(buf.data(), n, cols, Eigen::OuterStride<>(cols));
   }
 }
 
@@ -80,18 +86,19 @@ int64_t padded(int64_t n) {
   return (n + N - 1) / N * N;
 }
 
-// One row of a score tile (`c` keys from k0, row stride padded to whole vectors): the modifier, then the mask
-// (partial tiles) and the keys past the tile's end as -inf. Returns the row's max.
+// One row of a tile of q . k (`c` keys from k0, row stride padded to whole vectors), in place: times scale,
+// the modifier, then the mask (partial tiles) and the keys past the tile's end as -inf. Returns the row's max.
 template <bool kPartial, class S, class M, class A>
-HWY_INLINE A modify_row(A* s, int64_t c, int64_t b, int64_t h, int64_t q, int64_t k0, const S& score_mod,
+HWY_INLINE A modify_row(A* s, int64_t c, A scale, int64_t b, int64_t h, int64_t q, int64_t k0, const S& score_mod,
                         const M& mask_mod, Env<A>& env) {
   const hn::ScalableTag<A> d;
   const int64_t N = int64_t(hn::Lanes(d));
   const auto neg_inf = hn::Set(d, -std::numeric_limits<A>::infinity());
+  const auto vscale = hn::Set(d, scale);
   auto vmax = neg_inf;
   for (int64_t j = 0; j < c; j += N) {
     auto p = attention::detail::make_point(d, b, h, q, k0 + j, k0 + c);
-    p.score = hn::LoadU(d, s + j);
+    p.score = hn::Mul(hn::LoadU(d, s + j), vscale);
     if constexpr (kPartial) p.live = hn::And(p.live, mask_mod.value(d, p, env));
     auto x = p.score;
     if constexpr (!std::is_same_v<S, attention::node::Score>) x = score_mod.value(d, p, env);
@@ -142,7 +149,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
     for (int64_t u = 0; u < units; ++u) {
       const int64_t qb = u % nq, h = u / nq % g.Hq, b = u / (nq * g.Hq), hk = h / g.group();
       const int64_t q0 = qb * Bq, r = std::min(Bq, g.Lq - q0);
-      load_rows(q, b, h, q0, r, g.D, A(scale), w.q.data());
+      const auto Q = operand(q, b, h, q0, r, g.D, w.q);
       std::fill(w.o.begin(), w.o.end(), A(0));
       std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<A>::infinity());
       std::fill(w.l.begin(), w.l.end(), A(0));
@@ -151,15 +158,14 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
         const BlockState state = bm.at(b, h, qb, kb);
         if (state == BlockState::Empty) continue;
         const int64_t k0 = kb * Bk, c = std::min(Bk, g.Lkv - k0);
-        load_rows(k, b, hk, k0, c, g.D, A(1), w.k.data());
-        load_rows(v, b, hk, k0, c, g.Dv, A(1), w.v.data());
+        const auto K = operand(k, b, hk, k0, c, g.D, w.k);
         auto Sm = tile(w.s.data(), r, c, ld);
-        Sm.noalias() = tile(w.q.data(), r, g.D, g.D) * tile(w.k.data(), c, g.D, g.D).transpose();
+        Sm.noalias() = Q * K.transpose();
         for (int64_t i = 0; i < r; ++i) {
           A* s = w.s.data() + i * ld;
           const A mx = state == BlockState::Full
-                           ? modify_row<false>(s, c, b, h, q0 + i, k0, score_mod, bm.mask_mod, env)
-                           : modify_row<true>(s, c, b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
+                           ? modify_row<false>(s, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env)
+                           : modify_row<true>(s, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
           const A m_new = std::max(w.m[i], mx);
           if (m_new == -std::numeric_limits<A>::infinity()) {  // nothing live in this row yet
             std::fill(s, s + c, A(0));
@@ -172,7 +178,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
         }
         for (int64_t i = 0; i < r; ++i)
           if (w.alpha[i] != A(1)) O.row(i) *= w.alpha[i];
-        O.noalias() += Sm * tile(w.v.data(), c, g.Dv, g.Dv);
+        O.noalias() += Sm * operand(v, b, hk, k0, c, g.Dv, w.v);
       }
       for (int64_t i = 0; i < r; ++i) {
         T* o = out + ((b * g.Hq + h) * g.Lq + q0 + i) * g.Dv;
@@ -241,20 +247,12 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
         std::fill(w.dq.begin(), w.dq.end(), A(0));
         for (int64_t kb = 0; kb < nk; ++kb) {
           const int64_t k0 = kb * Bk, c = std::min(Bk, g.Lkv - k0);
-          bool loaded = false;
+          const auto K = operand(k, b, hk, k0, c, g.D, w.k), V = operand(v, b, hk, k0, c, g.Dv, w.v);
           for (int64_t qb = 0; qb < nq; ++qb) {
             const BlockState state = bm.at(b, h, qb, kb);
             if (state == BlockState::Empty) continue;
-            if (!loaded) {
-              load_rows(k, b, hk, k0, c, g.D, A(1), w.k.data());
-              load_rows(v, b, hk, k0, c, g.Dv, A(1), w.v.data());
-              loaded = true;
-            }
             const int64_t q0 = qb * Bq, r = std::min(Bq, g.Lq - q0);
-            load_rows(q, b, h, q0, r, g.D, A(scale), w.q.data());
-            load_rows(dout, b, h, q0, r, g.Dv, A(1), w.dout.data());
-            const auto K = tile(w.k.data(), c, g.D, g.D), V = tile(w.v.data(), c, g.Dv, g.Dv);
-            const auto Q = tile(w.q.data(), r, g.D, g.D), dO = tile(w.dout.data(), r, g.Dv, g.Dv);
+            const auto Q = operand(q, b, h, q0, r, g.D, w.q), dO = operand(dout, b, h, q0, r, g.Dv, w.dout);
             auto Sm = tile(w.s.data(), r, c, ld), P = tile(w.p.data(), r, c, ld), dP = tile(w.dp.data(), r, c, ld);
             Sm.noalias() = Q * K.transpose();
             // P from the saved lse; the raw scores stay in s for the modifier's backward.
@@ -262,8 +260,8 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
               A* p = w.p.data() + i * ld;
               std::copy(w.s.data() + i * ld, w.s.data() + i * ld + c, p);
               const A row_lse = lse[bh * g.Lq + q0 + i];
-              if (state == BlockState::Full) modify_row<false>(p, c, b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
-              else modify_row<true>(p, c, b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
+              if (state == BlockState::Full) modify_row<false>(p, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
+              else modify_row<true>(p, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
               if (row_lse == -std::numeric_limits<A>::infinity()) std::fill(p, p + padded<A>(c), A(0));
               else exp_row(p, c, row_lse);
             }
@@ -279,7 +277,7 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
                   hn::StoreU(dsm, d, ds + j);
                 } else {
                   auto pt = attention::detail::make_point(d, b, h, q0 + i, k0 + j, k0 + c);
-                  pt.score = hn::LoadU(d, w.s.data() + i * ld + j);
+                  pt.score = hn::Mul(hn::LoadU(d, w.s.data() + i * ld + j), hn::Set(d, A(scale)));
                   if (state == BlockState::Partial) pt.live = hn::And(pt.live, bm.mask_mod.value(d, pt, env));
                   auto dscore = hn::Zero(d);
                   score_mod.backward(d, pt, hn::IfThenElseZero(pt.live, dsm), env, dscore);
@@ -296,7 +294,7 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
       }
       const int64_t bhk = b * g.Hkv + hk;
       if (dk)
-        for (int64_t i = 0; i < g.Lkv * g.D; ++i) dk[bhk * g.Lkv * g.D + i] = T(w.dk[size_t(i)]);
+        for (int64_t i = 0; i < g.Lkv * g.D; ++i) dk[bhk * g.Lkv * g.D + i] = T(w.dk[size_t(i)] * A(scale));
       if (dv)
         for (int64_t i = 0; i < g.Lkv * g.Dv; ++i) dv[bhk * g.Lkv * g.Dv + i] = T(w.dv[size_t(i)]);
     }

@@ -253,8 +253,8 @@ struct Where : Base<C::uses | A::uses | B::uses> {
   }
 };
 
-// A captured tensor read at integer indices computed per lane (any dtype but bool, converted to the compute
-// type). slot numbers the captured tensors of a score modifier (assigned by flex_attention) and picks this
+// A captured tensor read at integer indices computed per lane (any dtype, converted to the compute type;
+// bool reads as 0 or 1). slot numbers the captured tensors of a score modifier (assigned by flex_attention) and picks this
 // tensor's gradient buffer (float and double tensors only).
 template <class T, class... I>
 struct Gather : Base<(I::uses | ... | kCaptured)> {
@@ -351,7 +351,6 @@ concept NodePair = ModOperand<X> && ModOperand<Y> && (Node<X> || Node<Y>);
 template <class T>
 template <class... I>
 auto node::Captured<T>::operator()(const I&... i) const {
-  static_assert(!std::is_same_v<T, bool>, "attention::captured: a bool tensor cannot be read as a number");
   check<ShapeError>(table.dim() == int64_t(sizeof...(I)), "attention::captured: a tensor of shape ", table.shape(),
                     " indexed with ", sizeof...(I), " indices");
   return node::Gather<T, decltype(as_node(i))...>(table, as_node(i)...);
