@@ -194,3 +194,26 @@ TEST_CASE("bad arguments throw") {
   CHECK_THROWS_AS(randperm(-1), std::invalid_argument);
   CHECK(rand({0, 3}).numel() == 0);
 }
+
+TEST_CASE("multinomial: frequencies follow the weights; without replacement every draw differs") {
+  Generator g(5);
+  const Tensor<float> w = tensor<float>({{1, 0, 3, 4}, {0, 0, 0, 2}});  // not normalized
+  const Tensor<int64_t> s = multinomial(w, 40000, true, &g);
+  CHECK(s.shape() == Shape{2, 40000});
+  std::array<int64_t, 4> counts{};
+  for (int64_t i = 0; i < 40000; ++i) ++counts[size_t(s.data_ptr()[i])];
+  CHECK(counts[1] == 0);
+  CHECK(double(counts[0]) / 40000 == doctest::Approx(1.0 / 8).epsilon(0.05));  // 3 sigma is about 4% here
+  CHECK(double(counts[2]) / 40000 == doctest::Approx(3.0 / 8).epsilon(0.02));
+  CHECK(double(counts[3]) / 40000 == doctest::Approx(4.0 / 8).epsilon(0.02));
+  CHECK(std::all_of(s.data_ptr() + 40000, s.data_ptr() + 80000, [](int64_t i) { return i == 3; }));
+  const Tensor<int64_t> perm = multinomial(tensor<double>({0.1, 0.2, 0.3, 0.4}), 4, false, &g);
+  std::vector<int64_t> sorted = perm.to_vector();
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == std::vector<int64_t>{0, 1, 2, 3});
+  Generator a(9), b(9);
+  CHECK(multinomial(w, 7, true, &a).to_vector() == multinomial(w, 7, true, &b).to_vector());
+  CHECK_THROWS_AS(multinomial(tensor<float>({1, -1}), 1, true, &g), std::invalid_argument);
+  CHECK_THROWS_AS(multinomial(tensor<float>({0, 0}), 1, true, &g), std::invalid_argument);
+  CHECK_THROWS_AS(multinomial(tensor<float>({1, 1}), 3, false, &g), std::invalid_argument);
+}

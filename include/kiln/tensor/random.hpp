@@ -1,9 +1,10 @@
 #pragma once
-// Random tensors, as libtorch's: rand, randn, randint, normal, randperm, bernoulli, the *_like forms, and the
+// Random tensors, as libtorch's: rand, randn, randint, normal, randperm, bernoulli, multinomial, the *_like forms, and the
 // in-place fills uniform_, normal_, random_, bernoulli_. Values follow core/generator.hpp's Philox mapping over
 // the elements in row-major order, so one (seed, offset) gives the same tensor for any thread count (and, with
 // the same mapping in a kernel, on the GPU). gen = nullptr means kiln::default_generator().
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "kiln/core/generator.hpp"
@@ -120,6 +121,43 @@ Tensor<T> bernoulli(const Tensor<T>& p, Generator* gen = nullptr) {
 template <Dtype T>
 Tensor<T> bernoulli(const Tensor<T>& like, double prob, Generator* gen = nullptr) {
   return bernoulli_(empty<T>(like.shape()), prob, gen);
+}
+
+// Indices drawn from the categories of each row of probs [n] or [rows, n] (non-negative weights, not
+// necessarily normalized; torch.multinomial): num_samples per row, with or without replacement (without:
+// each draw removes its category). One uniform per draw, found in the row's running sum (in double).
+template <Dtype T>
+Tensor<int64_t> multinomial(const Tensor<T>& probs, int64_t num_samples, bool replacement = false,
+                            Generator* gen = nullptr) {
+  static_assert(is_floating_v<T>, "kiln: multinomial needs floating-point probabilities");
+  check<ShapeError>(probs.dim() == 1 || probs.dim() == 2, "multinomial: expected probabilities [n] or [rows, n], got ",
+                    probs.shape());
+  const int64_t rows = probs.dim() == 2 ? probs.size(0) : 1, n = probs.size(-1);
+  check(num_samples >= 1 && (replacement || num_samples <= n), "multinomial: cannot draw ", num_samples, " samples from ",
+        n, " categories ", replacement ? "" : "without replacement");
+  const Tensor<double> p = probs.template to<double>().contiguous();
+  const Tensor<double> u = rand<double>({rows, num_samples}, gen);
+  Tensor<int64_t> out = empty<int64_t>(probs.dim() == 2 ? Shape{rows, num_samples} : Shape{num_samples});
+  std::vector<double> w(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(p.data_ptr() + r * n, p.data_ptr() + (r + 1) * n, w.begin());
+    for (double x : w)
+      check(x >= 0 && std::isfinite(x), "multinomial: probabilities must be finite and non-negative, row ", r, " has ", x);
+    for (int64_t s = 0; s < num_samples; ++s) {
+      double total = 0;
+      for (double x : w) total += x;
+      check(total > 0, "multinomial: row ", r, " has no category with positive probability left");
+      const double target = u.data_ptr()[r * num_samples + s] * total;
+      int64_t pick = 0;
+      double run = 0;
+      for (; pick < n - 1; ++pick)  // the last positive category takes what rounding leaves
+        if (w[size_t(pick)] > 0 && (run += w[size_t(pick)]) > target) break;
+      while (w[size_t(pick)] == 0) --pick;
+      out.data_ptr()[r * num_samples + s] = pick;
+      if (!replacement) w[size_t(pick)] = 0;
+    }
+  }
+  return out;
 }
 
 // A random permutation of 0 .. n-1 (torch.randperm): sorts n random 64-bit keys, ties broken by index, so the
