@@ -104,6 +104,7 @@ inline DLDataType to_dl(ScalarType t) {
     case ScalarType::Int32: return {kDLInt, 32, 1};
     case ScalarType::Int64: return {kDLInt, 64, 1};
     case ScalarType::BFloat16: return {kDLBfloat, 16, 1};
+    case ScalarType::Half: return {kDLFloat, 16, 1};
     case ScalarType::Bool: return {kDLBool, 8, 1};
   }
   throw std::logic_error("to_dlpack: internal error: a dtype without a DLPack code");
@@ -112,7 +113,7 @@ inline DLDataType to_dl(ScalarType t) {
 inline std::optional<ScalarType> from_dl(DLDataType t) {
   if (t.lanes != 1) return std::nullopt;
   for (ScalarType s : {ScalarType::Float, ScalarType::Double, ScalarType::Int32, ScalarType::Int64,
-                       ScalarType::BFloat16, ScalarType::Bool}) {
+                       ScalarType::BFloat16, ScalarType::Half, ScalarType::Bool}) {
     const DLDataType d = to_dl(s);
     if (d.code == t.code && d.bits == t.bits) return s;
   }

@@ -146,9 +146,9 @@ TEST_CASE("npy: each malformed file gets its own error") {
       {npy_with_header(f4 + "(), } x"), "header byte 56: expected the end of the header, found 'x'"},
       // What the header says.
       {npy_with_header("{'descr': '>f4', 'fortran_order': False, 'shape': (), }", io::Bytes(4, 0)),
-       "dtype '>f4' is not supported (kiln reads '<f4', '<f8', '<i4', '<i8', '|b1', and '|u1' and '|i1' as int32)"},
-      {npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (), }", io::Bytes(2, 0)),
-       "dtype '<f2' is not supported (kiln reads '<f4', '<f8', '<i4', '<i8', '|b1', and '|u1' and '|i1' as int32)"},
+       "dtype '>f4' is not supported (kiln reads '<f4', '<f8', '<f2', '<i4', '<i8', '|b1', and '|u1' and '|i1' as int32)"},
+      {npy_with_header("{'descr': '<c8', 'fortran_order': False, 'shape': (), }", io::Bytes(8, 0)),
+       "dtype '<c8' is not supported (kiln reads '<f4', '<f8', '<f2', '<i4', '<i8', '|b1', and '|u1' and '|i1' as int32)"},
       {npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", io::Bytes(8, 0)),
        "Fortran-order arrays are not supported (save a C-order array, e.g. np.ascontiguousarray(a))"},
       {npy_with_header(f4 + "(2, -3), }"), "shape (2, -3) has a negative entry"},

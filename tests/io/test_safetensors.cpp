@@ -179,8 +179,8 @@ TEST_CASE("safetensors: each malformed file gets its own error") {
       {with_header("{\"t\":{\"shape\":[],\"data_offsets\":[0,4]}}", io::Bytes(4, 0)), "tensor \"t\": no \"dtype\""},
       {with_header("{\"__metadata__\":[]}"), "header byte 16: expected '{', found '['"},
       // Tensor entries.
-      {with_header("{\"t\":" + tensor_json("F16", "[2]", "[0,4]") + "}", io::Bytes(4, 0)),
-       "tensor \"t\": unsupported dtype \"F16\" (kiln reads F32, F64, I32, I64, BOOL and BF16)"},
+      {with_header("{\"t\":" + tensor_json("U16", "[2]", "[0,4]") + "}", io::Bytes(4, 0)),
+       "tensor \"t\": unsupported dtype \"U16\" (kiln reads F32, F64, I32, I64, BOOL, BF16 and F16)"},
       {with_header("{\"t\":" + tensor_json("F32", "[2,-1]", "[0,0]") + "}"), "tensor \"t\": shape [2, -1] has a negative entry"},
       {with_header("{\"t\":" + tensor_json("BOOL", "[4294967296,4294967296]", "[0,0]") + "}"),
        "tensor \"t\": shape [4294967296, 4294967296] is too large (its nonzero sizes multiply past int64)"},

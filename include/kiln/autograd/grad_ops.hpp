@@ -20,6 +20,7 @@ void with_gradient_type(ScalarType t, F&& f) {
     case ScalarType::Float: return f(float{});
     case ScalarType::Double: return f(double{});
     case ScalarType::BFloat16: return f(bfloat16{});
+    case ScalarType::Half: return f(float16{});
     default: throw DTypeError(kiln::detail::cat("backward: gradients must be floating point, got ", dtype_name(t)));
   }
 }

@@ -195,7 +195,7 @@ using kernel_t = std::conditional_t<is_simd_v<E>, typename kiln::HWY_NAMESPACE::
 template <class E>
 constexpr ScalarType kernel_dtype(ScalarType stored) {
   if constexpr (is_simd_v<E>) return scalar_type_of<typename kiln::HWY_NAMESPACE::simd_plan<E>::lane>();
-  else return stored == ScalarType::BFloat16 ? ScalarType::Float : stored;
+  else return stored == ScalarType::BFloat16 || stored == ScalarType::Half ? ScalarType::Float : stored;
 }
 
 // Operand types of E's kernels: outputs first (stored as `outputs`), then the leaves.

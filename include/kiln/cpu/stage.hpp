@@ -6,7 +6,7 @@
 // op's compute type), n elements at a time with n a multiple of its granule (a vector's lanes).
 // The driver does everything that depends on layout: it points the kernel straight into memory
 // where an operand is contiguous and already of the kernel's type, and otherwise stages it through
-// a small buffer (strided, broadcast and converted operands: bool, bfloat16); a row's tail goes
+// a small buffer (strided, broadcast and converted operands: bool, bfloat16, float16); a row's tail goes
 // through buffers padded to a full vector. So each tree is compiled once, whatever layouts it
 // meets, and a value never depends on where it sits in the array.
 #include <hwy/base.h>
@@ -72,7 +72,7 @@ void copy_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64_t 
   for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dstep, src + i * sstep, Bytes);
 }
 
-// Calls f(T{}) for the numeric dtype t (bool and bfloat16 are handled by the callers).
+// Calls f(T{}) for the numeric dtype t (bool, bfloat16 and float16 are handled by the callers).
 template <class F>
 void with_number_type(ScalarType t, F&& f) {
   switch (t) {
@@ -87,7 +87,7 @@ void with_number_type(ScalarType t, F&& f) {
 }  // namespace detail
 
 // n elements from src (dtype `from`, byte step sstep) to dst (dtype `to`, byte step dstep). The
-// pairs a kernel needs: the same dtype, bfloat16 <-> float, and bool <-> a number.
+// pairs a kernel needs: the same dtype, bfloat16 <-> float, float16 <-> float, and bool <-> a number.
 inline void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, const char* src, int64_t sstep,
                     int64_t n) {
   using detail::convert_run;
@@ -103,6 +103,8 @@ inline void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, co
     return convert_run<float, bfloat16>(dst, dstep, src, sstep, n);
   if (to == ScalarType::BFloat16 && from == ScalarType::Float)
     return convert_run<bfloat16, float>(dst, dstep, src, sstep, n);
+  if (to == ScalarType::Float && from == ScalarType::Half) return convert_run<float, float16>(dst, dstep, src, sstep, n);
+  if (to == ScalarType::Half && from == ScalarType::Float) return convert_run<float16, float>(dst, dstep, src, sstep, n);
   if (from == ScalarType::Bool)
     return detail::with_number_type(to, [&](auto t) { convert_run<decltype(t), bool>(dst, dstep, src, sstep, n); });
   if (to == ScalarType::Bool)

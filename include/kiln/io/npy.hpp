@@ -5,7 +5,7 @@
 //   io::save_npy("x.npy", t);
 //   AnyTensor x = io::load_npy("x.npy");
 //
-// dtypes: '<f4' float, '<f8' double, '<i4' int32, '<i8' int64 and '|b1' bool, both ways. NumPy's uint8 and int8
+// dtypes: '<f4' float, '<f8' double, '<f2' float16, '<i4' int32, '<i8' int64 and '|b1' bool, both ways. NumPy's uint8 and int8
 // ('|u1', '|i1': images, masks), which kiln has no dtype for, are read widened to int32, so such a file saved
 // back becomes '<i4'. Anything else (big-endian, float16, structured dtypes) and Fortran-order arrays are refused
 // with an io::FormatError naming the file; bfloat16 tensors cannot be saved (NumPy has no bfloat16).
@@ -26,9 +26,10 @@ namespace kiln::io {
 
 namespace detail {
 
-inline constexpr std::array<std::pair<std::string_view, ScalarType>, 5> kNpyDtypes = {{
+inline constexpr std::array<std::pair<std::string_view, ScalarType>, 6> kNpyDtypes = {{
     {"<f4", ScalarType::Float},
     {"<f8", ScalarType::Double},
+    {"<f2", ScalarType::Half},
     {"<i4", ScalarType::Int32},
     {"<i8", ScalarType::Int64},
     {"|b1", ScalarType::Bool},
@@ -141,7 +142,7 @@ inline AnyTensor parse_npy(std::span<const uint8_t> bytes, const std::string& so
                                   [&](const auto& entry) { return entry.first == header.descr; });
   const bool widened = header.descr == "|u1" || header.descr == "|i1";
   check<FormatError>(known != detail::kNpyDtypes.end() || widened, source, ": dtype '", header.descr,
-                     "' is not supported (kiln reads '<f4', '<f8', '<i4', '<i8', '|b1', and '|u1' and '|i1' as int32)");
+                     "' is not supported (kiln reads '<f4', '<f8', '<f2', '<i4', '<i8', '|b1', and '|u1' and '|i1' as int32)");
   const int64_t esize = widened ? 1 : int64_t(element_size(known->second));
   // Compared by division: numel * element size may overflow, the data's size cannot.
   const std::span<const uint8_t> data = bytes.subspan(prefix + header_size);

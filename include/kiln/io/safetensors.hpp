@@ -10,7 +10,7 @@
 // Layout: an 8-byte little-endian header length N, N bytes of JSON header, then the data buffer:
 //   {"__metadata__": {"k": "v"}, "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...}
 // Offsets count from the start of the data buffer; elements are little-endian and in C order.
-// kiln's dtypes are F32 (float), F64 (double), I32, I64, BOOL and BF16; files with other dtypes are refused.
+// kiln's dtypes are F32 (float), F64 (double), I32, I64, BOOL, BF16 and F16; files with other dtypes are refused.
 //
 // The writer's bytes are those of Python's safetensors: tensors laid out by element type, widest first (so that
 // every tensor is aligned when the file is memory-mapped), then by name; the header lists them in that order,
@@ -45,12 +45,13 @@ struct SafetensorsFile {
 namespace detail {
 
 // kiln's dtypes under their safetensors names, in the order Python's safetensors lays them out (widest first).
-inline constexpr std::array<std::pair<std::string_view, ScalarType>, 6> kSafetensorsDtypes = {{
+inline constexpr std::array<std::pair<std::string_view, ScalarType>, 7> kSafetensorsDtypes = {{
     {"I64", ScalarType::Int64},
     {"F64", ScalarType::Double},
     {"F32", ScalarType::Float},
     {"I32", ScalarType::Int32},
     {"BF16", ScalarType::BFloat16},
+    {"F16", ScalarType::Half},
     {"BOOL", ScalarType::Bool},
 }};
 
@@ -97,7 +98,7 @@ inline SafetensorsEntry read_safetensors_entry(JsonReader& json, const std::stri
   const auto known = std::find_if(kSafetensorsDtypes.begin(), kSafetensorsDtypes.end(),
                                   [&](const auto& entry) { return entry.first == *dtype; });
   check<FormatError>(known != kSafetensorsDtypes.end(), what, ": unsupported dtype ", quoted(*dtype),
-                     " (kiln reads F32, F64, I32, I64, BOOL and BF16)");
+                     " (kiln reads F32, F64, I32, I64, BOOL, BF16 and F16)");
   const Shape dims(*shape);
   const int64_t numel = file_numel(*shape, what, kiln::detail::cat(dims));
   check<FormatError>(offsets->size() == 2 && (*offsets)[0] >= 0 && (*offsets)[0] <= (*offsets)[1] &&

@@ -30,6 +30,7 @@ decltype(auto) dispatch_dtype(ScalarType st, F&& fn) {
     case ScalarType::Int64: return fn(type_tag<int64_t>{});
     case ScalarType::Bool: return fn(type_tag<bool>{});
     case ScalarType::BFloat16: return fn(type_tag<bfloat16>{});
+    case ScalarType::Half: return fn(type_tag<float16>{});
   }
   throw std::logic_error(cat("kiln: unknown ScalarType ", int(st)));
 }
@@ -42,7 +43,8 @@ constexpr const char* cpp_type_name() {
   else if constexpr (std::is_same_v<T, int32_t>) return "int32_t";
   else if constexpr (std::is_same_v<T, int64_t>) return "int64_t";
   else if constexpr (std::is_same_v<T, bool>) return "bool";
-  else return "bfloat16";
+  else if constexpr (std::is_same_v<T, bfloat16>) return "bfloat16";
+  else return "float16";
 }
 
 }  // namespace detail

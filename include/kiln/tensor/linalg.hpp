@@ -5,6 +5,7 @@
 // Eigen without a copy. An expression operand is materialized first. Kept out of the elementwise
 // headers: Eigen's product is the most expensive thing kiln compiles.
 #include "kiln/cpu/gemm.hpp"
+#include "kiln/tensor/factory.hpp"  // empty (MatmulBackward)
 #include "kiln/tensor/tensor.hpp"
 #include "kiln/tensor/views.hpp"
 
@@ -16,7 +17,8 @@ template <class T>
 constexpr void require_gemm_dtype() {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
                     std::is_same_v<T, int64_t>,
-                "kiln: matmul, mm, bmm, mv and dot take float, double, int32 or int64 tensors; convert with .to<T>()");
+                "kiln: matmul, mm, bmm, mv and dot take float, double, int32, int64, bfloat16 or float16 tensors; "
+                "convert with .to<T>()");
 }
 
 template <Operand X>
@@ -234,6 +236,36 @@ auto bmm(const X& x, const Y& y) {
   detail::batched_matmul(a, b, c);
   detail::record_matmul(a, b, c, "BmmBackward");
   return c;
+}
+
+// bfloat16 and float16 products are computed in float: the operands widen, the product accumulates in float
+// and rounds once (Eigen 3.4 has no 16-bit GEMM, so 16-bit storage saves memory, not time). Gradients flow
+// through the casts.
+namespace detail {
+template <Operand X, Operand Y, class Product>
+auto half_product(const X& x, const Y& y, Product product) {
+  using T = typename X::value_type;
+  static_assert(std::is_same_v<T, typename Y::value_type>,
+                "kiln: operands of a matrix product have different dtypes; convert one with .to<T>()");
+  const Tensor<float> a = Tensor<T>(x).template to<float>(), b = Tensor<T>(y).template to<float>();
+  return Tensor<T>(product(a, b).template to<T>());
+}
+}  // namespace detail
+
+template <Operand X, Operand Y>
+  requires is_half_v<typename X::value_type>
+auto matmul(const X& x, const Y& y) {
+  return detail::half_product(x, y, [](const auto& a, const auto& b) { return matmul(a, b); });
+}
+template <Operand X, Operand Y>
+  requires is_half_v<typename X::value_type>
+auto mm(const X& x, const Y& y) {
+  return detail::half_product(x, y, [](const auto& a, const auto& b) { return mm(a, b); });
+}
+template <Operand X, Operand Y>
+  requires is_half_v<typename X::value_type>
+auto bmm(const X& x, const Y& y) {
+  return detail::half_product(x, y, [](const auto& a, const auto& b) { return bmm(a, b); });
 }
 
 // [n, m] x [m] -> [n].

@@ -221,9 +221,10 @@ auto prod_impl(const E& e, const Shape& in, const Reduction& rd) {
       [&](const auto& node) { return run_reduce<Out>(red::ProdReducer<compute_t<T>, Out>{}, node, in, rd, "prod"); },
       [dims](const auto& g, const auto& x, const auto& out) {
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
-        const Tensor<V> zeros = sum((x == V(0)).template to<V>(), dims, true);
-        const Tensor<V> others = prod(where(x == V(0), V(1), x), dims, true);
-        return Tensor<V>(g * where(x != V(0), where(zeros == V(0), out / x, V(0)), where(zeros == V(1), others, V(0))));
+        using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
+        const Tensor<V> zeros = sum((x == S(0)).template to<V>(), dims, true);
+        const Tensor<V> others = prod(where(x == S(0), S(1), x), dims, true);
+        return Tensor<V>(g * where(x != S(0), where(zeros == S(0), out / x, S(0)), where(zeros == S(1), others, S(0))));
       });
 }
 template <bool kMax, class E>
@@ -278,7 +279,8 @@ auto extreme_with_indices_recorded(const E& e, const Shape& in, const Reduction&
       const Tensor<int64_t> positions = arange<int64_t>(0, double(in[d])).view(line);
       auto formula = [indices, positions](const auto& g, const auto& x_, const auto&) {
         using V = typename std::remove_cvref_t<decltype(x_)>::value_type;
-        return Tensor<V>(where(positions == indices, g, V(0)));
+        using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
+        return Tensor<V>(where(positions == indices, g, S(0)));
       };
       autograd::meta_of(std::get<0>(result).impl_ptr()).grad_fn =
           std::make_shared<autograd::ReductionBackward<T, decltype(formula)>>(
@@ -317,9 +319,10 @@ auto var_impl(const E& e, const Shape& in, const Reduction& rd, double correctio
       [&](const auto& node) { return run_reduce<T>(r, node, in, rd, take_sqrt ? "std" : "var"); },
       [dims, denom, take_sqrt](const auto& g, const auto& x, const auto& out) {
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
+        using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
         const Tensor<V> centered = x - mean(x, dims, true);
-        if (take_sqrt) return Tensor<V>(g * centered / (out * V(denom)));
-        return Tensor<V>(g * centered * V(2 / denom));
+        if (take_sqrt) return Tensor<V>(g * centered / (out * S(denom)));
+        return Tensor<V>(g * centered * S(2 / denom));
       });
 }
 template <class E>
@@ -365,11 +368,12 @@ auto norm_grad_impl(const E& e, const Shape& in, const Reduction& rd, double p) 
       e, in, rd, "NormBackward", [&](const auto& node) { return norm_impl(node, in, rd, p); },
       [dims, p](const auto& g, const auto& x, const auto& out) {
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
+        using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
         if (std::isinf(p)) return Tensor<V>(sign(x) * split_among_extremes(g, Tensor<V>(abs(x)), out, dims));
-        if (p == 0) return Tensor<V>(x * V(0));
+        if (p == 0) return Tensor<V>(x * S(0));
         if (p == 1) return Tensor<V>(g * sign(x));
-        if (p == 2) return Tensor<V>(where(out == V(0), V(0), g * x / out));
-        return Tensor<V>(where(out == V(0), V(0), g * sign(x) * pow(abs(x), V(p - 1)) / pow(out, V(p - 1))));
+        if (p == 2) return Tensor<V>(where(out == S(0), S(0), g * x / out));
+        return Tensor<V>(where(out == S(0), S(0), g * sign(x) * pow(abs(x), S(p - 1)) / pow(out, S(p - 1))));
       });
 }
 

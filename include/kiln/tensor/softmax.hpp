@@ -249,8 +249,8 @@ template <bool kLog, Operand X, DimIndex I>
 auto softmax_impl(const X& x, I dim, const char* op) {
   using T = typename X::value_type;
   require_floating<T>();
-  if constexpr (std::is_same_v<T, bfloat16>) {  // computed in float
-    return Tensor<bfloat16>(softmax_impl<kLog>(reduce_node(x).template to<float>(), dim, op).template to<bfloat16>());
+  if constexpr (is_half_v<T>) {  // computed in float
+    return Tensor<T>(softmax_impl<kLog>(reduce_node(x).template to<float>(), dim, op).template to<T>());
   } else {
     const Tensor<T> in = contiguous_of(x);
     const int d = wrap_dim(int64_t(dim), in.dim(), op);

@@ -71,7 +71,7 @@ class Tensor {
   template <Expression E>
   Tensor& operator=(const E& expr) && { return copy_(expr); }
   template <class S>
-    requires std::is_arithmetic_v<S> || std::is_same_v<S, bfloat16>
+    requires std::is_arithmetic_v<S> || is_half_v<S>
   Tensor& operator=(S value) && { return fill_(value); }
 
   // ---- metadata --------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ class Tensor {
   // ---- in place --------------------------------------------------------------------------------
   // Writes src (broadcast to this shape) into this tensor's memory; correct when they overlap.
   template <class S>
-    requires OperandOrScalar<S> || std::is_same_v<S, bfloat16>
+    requires OperandOrScalar<S> || is_half_v<S>
   Tensor& copy_(const S& src) {
     if constexpr (!Operand<S>) {
       return fill_(src);
@@ -119,7 +119,7 @@ class Tensor {
     }
   }
   template <class S>
-    requires std::is_arithmetic_v<S> || std::is_same_v<S, bfloat16>
+    requires std::is_arithmetic_v<S> || is_half_v<S>
   Tensor& fill_(S value) {
     detail::write_into(Scalar<T>(compute_t<T>(value)), checked(), "fill_");
     return *this;
