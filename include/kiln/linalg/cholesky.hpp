@@ -10,11 +10,6 @@
 // S = (P + strict_lower(P)^T) / 2, gA = L^-T S L^-1 (symmetric, as A is; for upper, L = U^T and gL = gU^T).
 #include "kiln/linalg/common.hpp"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Cholesky>
-#pragma GCC diagnostic pop
 
 namespace kiln::linalg {
 

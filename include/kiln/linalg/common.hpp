@@ -8,8 +8,8 @@
 #include <type_traits>
 
 #include "kiln/autograd/engine.hpp"
-#include "kiln/cpu/gemm.hpp"  // Eigen/Core, with its warnings silenced
 #include "kiln/cpu/parallel.hpp"
+#include "kiln/linalg/eigen_modules.hpp"
 #include "kiln/tensor/tensor.hpp"
 #include "kiln/tensor/views.hpp"
 
@@ -46,8 +46,8 @@ Tensor<typename X::value_type> as_tensor(const X& x) {
 
 // s without its last `trailing` dims.
 inline Shape batch_shape(const Shape& s, int trailing = 2) {
-  Shape out = s;
-  out.resize(std::max(s.size() - trailing, 0));
+  Shape out;
+  for (int i = 0; i + trailing < s.size(); ++i) out.push_back(s[i]);
   return out;
 }
 

@@ -10,11 +10,6 @@
 // d logabsdet / dA = A^-T; sign has no gradient.
 #include "kiln/linalg/lu.hpp"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/SVD>
-#pragma GCC diagnostic pop
 
 namespace kiln::linalg {
 

@@ -10,11 +10,6 @@
 
 #include "kiln/linalg/common.hpp"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Eigenvalues>
-#pragma GCC diagnostic pop
 
 namespace kiln::linalg {
 

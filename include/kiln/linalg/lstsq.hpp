@@ -16,12 +16,6 @@
 
 #include "kiln/linalg/common.hpp"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/QR>
-#include <Eigen/SVD>
-#pragma GCC diagnostic pop
 
 namespace kiln::linalg {
 

@@ -3,11 +3,6 @@
 // an exactly zero pivot, as LAPACK's getrf reports it (and torch with it).
 #include "kiln/linalg/common.hpp"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/LU>
-#pragma GCC diagnostic pop
 
 namespace kiln::linalg::detail {
 

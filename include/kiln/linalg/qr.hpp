@@ -11,11 +11,6 @@
 
 #include "kiln/linalg/common.hpp"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/QR>
-#pragma GCC diagnostic pop
 
 namespace kiln::linalg {
 

@@ -9,11 +9,6 @@
 // Singular vectors are unique only up to sign (and rotation within repeated singular values), as in torch.
 #include "kiln/linalg/common.hpp"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/SVD>
-#pragma GCC diagnostic pop
 
 namespace kiln::linalg {
 
