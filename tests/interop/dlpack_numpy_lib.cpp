@@ -52,4 +52,23 @@ double kiln_test_import_scale(void* managed, int versioned, double factor) {
   }
 }
 
+// float16 both ways: a kiln float16 tensor [1.5, -2.75, 65504, 2^-24] exported for NumPy, and NumPy's float16
+// array imported (the sum of its values in double, exact; NaN when from_dlpack throws or the dtype is not half).
+void* kiln_test_export_half(int versioned) {
+  const kiln::Tensor<kiln::float16> t = kiln::tensor<float>({1.5f, -2.75f, 65504.0f, 0x1p-24f}).to<kiln::float16>();
+  return versioned ? static_cast<void*>(kiln::to_dlpack_versioned(t)) : static_cast<void*>(kiln::to_dlpack(t));
+}
+
+double kiln_test_import_half_sum(void* managed, int versioned) {
+  try {
+    kiln::AnyTensor a = versioned ? kiln::from_dlpack(static_cast<DLManagedTensorVersioned*>(managed))
+                                  : kiln::from_dlpack(static_cast<DLManagedTensor*>(managed));
+    double total = 0;
+    for (kiln::float16 v : a.as<kiln::float16>().to_vector()) total += double(float(v));
+    return total;
+  } catch (const std::exception&) {
+    return __builtin_nan("");
+  }
+}
+
 }  // extern "C"

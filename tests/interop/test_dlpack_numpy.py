@@ -16,6 +16,10 @@ lib.kiln_test_export.argtypes = [ctypes.c_int, ctypes.c_int]
 lib.kiln_test_delete.argtypes = [ctypes.c_void_p, ctypes.c_int]
 lib.kiln_test_import_scale.restype = ctypes.c_double
 lib.kiln_test_import_scale.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_double]
+lib.kiln_test_export_half.restype = ctypes.c_void_p
+lib.kiln_test_export_half.argtypes = [ctypes.c_int]
+lib.kiln_test_import_half_sum.restype = ctypes.c_double
+lib.kiln_test_import_half_sum.argtypes = [ctypes.c_void_p, ctypes.c_int]
 
 api = ctypes.pythonapi
 Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -120,6 +124,27 @@ if numpy2:
     api.PyCapsule_SetName(capsule, USED[1])
     del capsule
     check("numpy -> kiln (read-only): kiln worked on a copy", total == 9.0 and np.array_equal(y, np.arange(3.0)))
+
+# float16 both ways: kDLFloat with 16 bits is NumPy's float16, bit for bit.
+class KilnHalf(KilnTensor):
+    def __init__(self):
+        super().__init__(0)
+
+    def __dlpack__(self, stream=None, max_version=None, **kwargs):
+        versioned = int(max_version is not None and max_version[0] >= 1)
+        return api.PyCapsule_New(lib.kiln_test_export_half(versioned), NAMES[versioned], DESTRUCTORS[versioned])
+
+
+halves = np.from_dlpack(KilnHalf())
+check(f"kiln -> numpy (float16): dtype {halves.dtype}, values",
+      halves.dtype == np.float16 and halves.tolist() == [1.5, -2.75, 65504.0, 2.0 ** -24])
+del halves
+h = np.array([1.0, -2.0, 0.5, 65504.0, 2.0 ** -24, -0.0], dtype=np.float16)
+capsule = h.__dlpack__()
+total = lib.kiln_test_import_half_sum(api.PyCapsule_GetPointer(capsule, NAMES[0]), 0)
+api.PyCapsule_SetName(capsule, USED[0])
+del capsule
+check("numpy -> kiln (float16): kiln reads NumPy's halves", total == float(h.astype(np.float64).sum()))
 
 passed = sum(results)
 print(f"{passed} passed, {len(results) - passed} failed")
