@@ -1,10 +1,10 @@
 #!/bin/bash
-# Runs one scenario of kiln_dist_failure (failure_main.cpp) under mpirun --enable-recovery and passes when
+# Runs one lost-rank scenario of kiln_dist_tests (--scenario=NAME, main.cpp) under mpirun --enable-recovery and passes when
 # exactly EXPECTED ranks print PASS and none prints FAIL (mpirun --enable-recovery exits 0 whatever the ranks do).
 # Usage: run_failure.sh MPIRUN EXECUTABLE NP SCENARIO EXPECTED
 set -u
 mpirun=$1 exe=$2 np=$3 scenario=$4 expected=$5
-out=$("$mpirun" --allow-run-as-root --oversubscribe --enable-recovery -np "$np" "$exe" "$scenario" 2>&1)
+out=$("$mpirun" --allow-run-as-root --oversubscribe --enable-recovery -np "$np" "$exe" "--scenario=$scenario" 2>&1)
 echo "$out"
 passed=$(grep -c "^PASS $scenario " <<<"$out")
 failed=$(grep -c "^FAIL " <<<"$out")

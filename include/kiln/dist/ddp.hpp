@@ -100,13 +100,14 @@ class DistributedDataParallel {
  private:
   // Every rank must hold the same parameters (count and shapes): compared through a small all_gather.
   void check_same_layout(const std::vector<std::pair<std::string, Tensor<float>>>& params) {
-    int64_t hash = 0, numel = 0;
+    uint64_t hash = 0;
+    int64_t numel = 0;
     for (auto& [name, p] : params) {
       numel += p.numel();
-      for (const int64_t s : p.shape()) hash = hash * 1000003 + s;
-      hash = hash * 1000003 + p.dim();
+      for (const int64_t s : p.shape()) hash = hash * 1000003u + uint64_t(s);
+      hash = hash * 1000003u + uint64_t(p.dim());
     }
-    Tensor<int64_t> mine = tensor<int64_t>({int64_t(params.size()), numel, hash});
+    Tensor<int64_t> mine = tensor<int64_t>({int64_t(params.size()), numel, int64_t(hash)});
     Tensor<int64_t> all = group_->all_gather(mine).as<int64_t>();
     for (int r = 0; r < group_->size(); ++r)
       check<ShapeError>(all[r].to_vector() == mine.to_vector(), "DistributedDataParallel: rank ", r, " has ",

@@ -22,10 +22,10 @@
 #include <optional>
 #include <vector>
 
-#include "kiln/autograd/grad_mode.hpp"
 #include "kiln/dist/init.hpp"
 #include "kiln/dist/mpi_types.hpp"
 #include "kiln/dist/mpi_work.hpp"
+#include "kiln/dist/staging.hpp"
 #include "kiln/dist/process_group.hpp"
 
 namespace kiln::dist {
@@ -45,40 +45,6 @@ inline void ensure_mpi_initialized() {
     MPI_Finalized(&finalized);
     if (!finalized && !any_group_aborted()) MPI_Finalize();
   });
-}
-
-// A contiguous buffer for t: t itself, or a contiguous copy whose values go back into t after the operation
-// when the operation writes t.
-struct Staged {
-  AnyTensor user, buffer;
-  bool copy_back = false;
-};
-inline Staged stage(const AnyTensor& t, bool writes) {
-  if (t.is_contiguous()) return {t, t, false};
-  return {t, t.contiguous(), writes};
-}
-inline void copy_into(const AnyTensor& dst, const AnyTensor& src) {
-  NoGradGuard no_grad;
-  dst.visit([&](const auto& d) {
-    using T = typename std::remove_cvref_t<decltype(d)>::value_type;
-    auto out = d;
-    out.copy_(src.as<T>());
-  });
-}
-// After MPI wrote a tensor's memory directly: bump its version (for saved-tensor checks), copy back, average.
-inline void written(const Staged& s, ReduceOp op, int size) {
-  if (s.copy_back) copy_into(s.user, s.buffer);
-  if (op == ReduceOp::avg) {
-    NoGradGuard no_grad;
-    s.user.visit([&](const auto& t) {
-      using T = typename std::remove_cvref_t<decltype(t)>::value_type;
-      if constexpr (is_floating_v<T>) {
-        auto out = t;
-        out /= compute_t<T>(size);
-      }
-    });
-  }
-  if (s.user.numel() > 0 && !s.copy_back && op != ReduceOp::avg) s.user.impl_ptr()->storage->bump_version();
 }
 
 }  // namespace detail
@@ -238,9 +204,9 @@ class MpiProcessGroup : public ProcessGroup {
     const AnyTensor& first = *tensors.begin();
     const MPI_Op mop = op ? detail::mpi_op(*op, first.dtype(), name) : MPI_OP_NULL;
     if (check_shapes_) {
-      int64_t numel = 0;
-      for (const AnyTensor& t : tensors) numel = numel * 1000003 + t.numel();
-      agree(name, {int64_t(first.dtype()), numel, op ? int64_t(*op) : -1, root});
+      uint64_t numel = 0;  // the sizes of all tensors, hashed
+      for (const AnyTensor& t : tensors) numel = numel * 1000003u + uint64_t(t.numel());
+      agree(name, {int64_t(first.dtype()), int64_t(numel), op ? int64_t(*op) : -1, root});
     }
     return mop;
   }

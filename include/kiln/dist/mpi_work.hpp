@@ -80,8 +80,14 @@ class MpiWork : public Work {
   }
 
   bool is_completed() override { return poll(); }
+  // Polls in a tight loop (yielding) for the first 20 ms, then every 100 us: a long wait (a large transfer, a
+  // lost peer) leaves the cores to the other ranks and threads instead of spinning until the timeout.
   void wait() override {
-    while (!poll()) std::this_thread::yield();
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (!poll()) {
+      if (std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 
  private:
