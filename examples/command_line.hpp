@@ -3,6 +3,7 @@
 // main() that turns --help, a bad argument and a failure into a message and an exit status.
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -44,6 +45,16 @@ class Flags {
   Number number(Number low) {
     const std::string_view name = flag();
     return parse_number<Number>(name, value(), low);
+  }
+  // A real number in [low, high].
+  double real(double low, double high) {
+    const std::string name(flag()), text(value());
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size() || !(v >= low && v <= high))
+      throw ArgsError(name + " expects a number in [" + std::to_string(low) + ", " + std::to_string(high) + "], got \"" +
+                      text + "\"");
+    return v;
   }
   [[noreturn]] void unknown() const { throw ArgsError("unknown argument \"" + std::string(flag()) + "\""); }
 

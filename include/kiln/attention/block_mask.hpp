@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/attention/modifier.hpp"
+#include "kiln/cpu/parallel.hpp"
 
 namespace kiln::attention {
 
@@ -73,7 +74,7 @@ auto create_block_mask(const F& mask, int64_t B, int64_t H, int64_t Lq, int64_t 
   const int64_t nq = bm.q_blocks(), nk = bm.kv_blocks(), tiles = bm.B * bm.H * nq * nk;
   bm.state.assign(size_t(tiles), BlockState::Empty);
   bool bad_index = false;
-#pragma omp parallel for schedule(dynamic, 4) reduction(|| : bad_index)
+#pragma omp parallel for schedule(dynamic, 4) reduction(|| : bad_index) if (tiles > 1 && bm.B * bm.H * Lq * Lkv >= kParallelCostThreshold)
   for (int64_t t = 0; t < tiles; ++t) {
     const hn::ScalableTag<float> d;
     const int64_t N = int64_t(hn::Lanes(d));

@@ -20,6 +20,7 @@
 
 #include "kiln/attention/block_mask.hpp"
 #include "kiln/cpu/gemm.hpp"
+#include "kiln/cpu/parallel.hpp"
 #include "kiln/tensor/softmax.hpp"
 
 #ifdef _OPENMP
@@ -51,6 +52,12 @@ struct Rows {
 struct Sizes {
   int64_t B, Hq, Hkv, Lq, Lkv, D, Dv;
   int64_t group() const { return Hq / Hkv; }
+  // Threads for a pass: all of them once the dense FLOP count is worth a parallel region (below, the barrier
+  // costs more than the work; on a busy machine, much more).
+  int threads() const {
+    const int64_t flops = 2 * B * Hq * Lq * Lkv * (D + Dv);
+    return flops >= 16 * kParallelCostThreshold ? get_num_threads() : 1;
+  }
 };
 
 template <class A>
@@ -141,7 +148,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
   const int64_t Bq = bm.q_block, Bk = bm.kv_block, nq = bm.q_blocks(), nk = bm.kv_blocks(), ld = padded<A>(Bk);
   const int64_t units = g.B * g.Hq * nq;
   bool bad_index = false;
-#pragma omp parallel reduction(|| : bad_index) if (units > 1)
+#pragma omp parallel reduction(|| : bad_index) num_threads(g.threads()) if (units > 1 && g.threads() > 1)
   {
     ForwardScratch<A> w(Bq, Bk, g.D, g.Dv, ld);
     Env<A> env;
@@ -219,7 +226,7 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
   const int64_t Bq = bm.q_block, Bk = bm.kv_block, nq = bm.q_blocks(), nk = bm.kv_blocks(), ld = padded<A>(Bk);
   const int64_t units = g.B * g.Hkv;
   bool bad_index = false;
-#pragma omp parallel reduction(|| : bad_index) if (units > 1)
+#pragma omp parallel reduction(|| : bad_index) num_threads(g.threads()) if (units > 1 && g.threads() > 1)
   {
     BackwardScratch<A> w(Bq, Bk, g, ld);
     Env<A> env;
