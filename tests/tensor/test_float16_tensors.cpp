@@ -42,6 +42,25 @@ TEST_CASE("float16 casts round each element to nearest even, from float, double 
   CHECK(std::isnan(back[8]));
 }
 
+TEST_CASE("tensor conversions (dense runs through F16C where compiled in) match float16's own, bit for bit") {
+  // All 65536 half patterns to float, and a million float patterns (every 4099th) to float16.
+  Tensor<float16> all = empty<float16>({65536});
+  for (uint32_t b = 0; b < 65536; ++b) all.data_ptr()[b] = float16::from_bits(uint16_t(b));
+  const std::vector<float> widened = all.to<float>().to_vector();
+  int64_t bad = 0;
+  for (uint32_t b = 0; b < 65536; ++b)
+    bad += std::bit_cast<uint32_t>(widened[b]) != std::bit_cast<uint32_t>(float(float16::from_bits(uint16_t(b))));
+  CHECK(bad == 0);
+  std::vector<float> floats;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) floats.push_back(std::bit_cast<float>(uint32_t(u)));
+  Tensor<float> f = empty<float>({int64_t(floats.size())});
+  std::copy(floats.begin(), floats.end(), f.data_ptr());
+  const std::vector<float16> narrowed = f.to<float16>().to_vector();
+  bad = 0;
+  for (size_t i = 0; i < floats.size(); ++i) bad += narrowed[i].bits != float16(floats[i]).bits;
+  CHECK(bad == 0);
+}
+
 TEST_CASE("float16 expressions compute in float and round once when stored") {
   const Tensor<float16> a = (arange<float>(0.0, 300.0) * 0.37f).to<float16>();
   const Tensor<float16> c = a * a + 1;

