@@ -7,7 +7,8 @@
 //   auto& pg = kiln::dist::init_process_group("mpi", std::chrono::seconds(60));
 //   kiln::dist::MpiProcessGroup pg(options, my_comm);   // over a duplicate of my_comm
 //
-// MPI is initialized (MPI_THREAD_SERIALIZED) when the program has not done it, and then finalized at exit, except
+// MPI is initialized (MPI_THREAD_SERIALIZED; libnbc's all_reduce algorithm set to Rabenseifner unless
+// OMPI_MCA_coll_libnbc_iallreduce_algorithm is set) when the program has not done it, and then finalized at exit, except
 // after a DistError: finalizing waits for the peers that failed, so the process exits without it. Every operation
 // is a non-blocking MPI call polled against the group's timeout (mpi_work.hpp), on a duplicate of the
 // communicator with MPI_ERRORS_RETURN. A rank that exits makes Open MPI's mpirun kill the others at once unless
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -37,6 +39,11 @@ inline void ensure_mpi_initialized() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) return;
+  // Open MPI's non-blocking all_reduce (libnbc, what kiln issues) picks a binomial tree, reduce to one rank then
+  // broadcast, for fewer than 4 ranks or an in-place buffer: 2.3 times MPI_Allreduce's time at 256 MB on 2 ranks
+  // (measured, docs/performance.md). Unless the user chose one, ask for reduce_scatter + allgather (Rabenseifner;
+  // libnbc falls back to the tree for fewer elements than ranks).
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
   int provided = 0;
   const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   if (rc != MPI_SUCCESS) throw DistError("init_process_group", -1, "MPI_Init_thread failed: " + mpi_error_string(rc));
@@ -174,7 +181,7 @@ class MpiProcessGroup : public ProcessGroup {
     const int n = count(name, s.buffer);
     return start(name, s.buffer, {s.buffer}, [&](MPI_Request* r) {
       return MPI_Isend(s.buffer.data_ptr(), n, detail::mpi_datatype(t.dtype()), dst, tag, comm(), r);
-    }, {}, kiln::detail::cat(" to rank ", dst, ", tag ", tag));
+    }, {}, dst, tag);
   }
 
   std::shared_ptr<Work> recv_async(const AnyTensor& t, int src, int tag = 0) override {
@@ -185,7 +192,7 @@ class MpiProcessGroup : public ProcessGroup {
     const int n = count(name, s.buffer);
     return start(name, s.buffer, {s.buffer}, [&](MPI_Request* r) {
       return MPI_Irecv(s.buffer.data_ptr(), n, detail::mpi_datatype(t.dtype()), src, tag, comm(), r);
-    }, finish_written(s, ReduceOp::sum), kiln::detail::cat(" from rank ", src, ", tag ", tag));
+    }, finish_written(s, ReduceOp::sum), src, tag);
   }
 
  private:
@@ -230,16 +237,14 @@ class MpiProcessGroup : public ProcessGroup {
   // Issues the MPI call `issue(&request)` and wraps its request.
   template <class Issue>
   std::shared_ptr<Work> start(const char* name, const AnyTensor& described, std::vector<AnyTensor> buffers,
-                              Issue&& issue, std::function<void()> finish, const std::string& peer = "") {
+                              Issue&& issue, std::function<void()> finish, int peer = -1, int tag = 0) {
     ++state_->sequence;
     MPI_Request request = MPI_REQUEST_NULL;
     const int rc = issue(&request);
     if (rc != MPI_SUCCESS) state_->fail(name, "MPI could not start it: " + detail::mpi_error_string(rc));
-    std::string what = described.defined() ? kiln::detail::cat(described.numel(), " ", dtype_name(described.dtype()),
-                                                              " values", peer)
-                                           : std::string("no data");
-    return std::make_shared<detail::MpiWork>(state_, name, std::move(what), request, std::move(buffers),
-                                             std::move(finish));
+    detail::OpDescription what;
+    if (described.defined()) what = {described.numel(), described.dtype(), peer, tag, std::strcmp(name, "recv") == 0};
+    return std::make_shared<detail::MpiWork>(state_, name, what, request, std::move(buffers), std::move(finish));
   }
 
   // check_shapes: all ranks exchange `mine` and throw DistError (on every rank) when they differ.

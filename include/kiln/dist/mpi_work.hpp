@@ -58,14 +58,29 @@ inline void abandon(std::vector<AnyTensor>&& buffers) {
   for (AnyTensor& b : buffers) kept->push_back(std::move(b));
 }
 
+// What an operation moves, for its error message (built only when there is one).
+struct OpDescription {
+  int64_t numel = -1;  // -1: no data (barrier)
+  ScalarType dtype = ScalarType::Float;
+  int peer = -1;  // send / recv
+  int tag = 0;
+  bool receives = false;
+  std::string text() const {
+    if (numel < 0) return "no data";
+    std::string s = kiln::detail::cat(numel, " ", dtype_name(dtype), " values");
+    if (peer >= 0) s += kiln::detail::cat(receives ? " from rank " : " to rank ", peer, ", tag ", tag);
+    return s;
+  }
+};
+
 class MpiWork : public Work {
  public:
   // `buffers` stay alive until the request completes; `finish` runs once it did (copy back, divide for avg).
-  MpiWork(std::shared_ptr<MpiCommState> state, std::string op, std::string what, MPI_Request request,
+  MpiWork(std::shared_ptr<MpiCommState> state, const char* op, OpDescription what, MPI_Request request,
           std::vector<AnyTensor> buffers, std::function<void()> finish)
       : state_(std::move(state)),
-        op_(std::move(op)),
-        what_(std::move(what)),
+        op_(op),
+        what_(what),
         request_(request),
         buffers_(std::move(buffers)),
         finish_(std::move(finish)),
@@ -108,7 +123,7 @@ class MpiWork : public Work {
     if (std::chrono::steady_clock::now() > deadline_)
       give_up(kiln::detail::cat(
           "timed out after ", state_->timeout.count(), " ms on rank ", state_->rank, " of ", state_->size,
-          " (operation #", sequence_, ", ", what_,
+          " (operation #", sequence_, ", ", what_.text(),
           "): another rank exited, hangs or called a different collective; the process group is aborted"));
     return false;
   }
@@ -119,7 +134,8 @@ class MpiWork : public Work {
   }
 
   std::shared_ptr<MpiCommState> state_;
-  std::string op_, what_;
+  const char* op_;
+  OpDescription what_;
   MPI_Request request_;
   std::vector<AnyTensor> buffers_;
   std::function<void()> finish_;
