@@ -59,6 +59,13 @@ TEST_CASE("linalg::solve: Cramer's rule for 2x2, residuals for batches, vectors,
     for (int64_t j = 0; j < 3; ++j)
       CHECK(max_diff(mul(matrix(Ab, i), matrix(Xb, i * 3 + j)), matrix(Bb, j)) < 1e-12);
 
+  // left = false: X A = B, for a batch of matrices and for a vector.
+  const Tensor<double> Xr = linalg::solve(A, B.transpose(-1, -2), false);
+  REQUIRE(Xr.shape() == Shape{3, 2, 4, 5});
+  for (int64_t i = 0; i < 6; ++i) CHECK(max_diff(mul(matrix(Xr, i), matrix(A, i)), transpose(matrix(B, i))) < 1e-12);
+  const Tensor<double> xr = linalg::solve(a, tensor_of({2}, {10, 12}), false);  // x A = b
+  CHECK(max_diff(mul(matrix(xr.unsqueeze(0)), matrix(a)), Mat{1, 2, {10, 12}}) < 1e-13);
+
   // float: the residual within float's precision; a transposed (non-contiguous) A reads as its values.
   const Tensor<float> Af = test::normal_tensor<float>({4, 6, 6}, 6) + eye<float>(6) * 4.0f;
   const Tensor<float> Bf = test::normal_tensor<float>({4, 6, 1}, 7);
@@ -125,6 +132,7 @@ TEST_CASE("gradients of solve, inv, det and slogdet agree with finite difference
   CHECK(gradcheck([](const In& in) { return linalg::solve(in[0], in[1]); }, {A, test::normal_tensor<double>({2, 3, 2}, 13)}).message == "");
   CHECK(gradcheck([](const In& in) { return linalg::solve(in[0], in[1]); }, {A, test::normal_tensor<double>({2, 3}, 14)}).message == "");
   CHECK(gradcheck([](const In& in) { return linalg::solve(in[0], in[1]); }, {A[0], test::normal_tensor<double>({2, 3, 1}, 15)}).message == "");
+  CHECK(gradcheck([](const In& in) { return linalg::solve(in[0], in[1], false); }, {A, test::normal_tensor<double>({2, 2, 3}, 16)}).message == "");
   CHECK(gradcheck([](const In& in) { return linalg::inv(in[0]); }, {A}).message == "");
   CHECK(gradcheck([](const In& in) { return linalg::det(in[0]); }, {A}).message == "");
   CHECK(gradcheck([](const In& in) { return linalg::slogdet(in[0]).logabsdet; }, {A}).message == "");

@@ -3,6 +3,7 @@
 //
 //   X = linalg::solve(A, B);  // A [*, n, n], B [*, n, k] or [*, n] (a vector: B.dim() == 1, or B's shape
 //                             // is A's without the last dim); batch dims broadcast; A X = B
+//   X = linalg::solve(A, B, /*left=*/false);  // X A = B, B [*, k, n] or [*, n]
 //   Y = linalg::inv(A);       // A [*, n, n]
 //
 // A singular matrix (an exactly zero pivot of its LU factorization) throws LinAlgError naming the batch
@@ -82,9 +83,9 @@ Tensor<T> solve_matrices(const Tensor<T>& a, const Tensor<T>& b, const Shape& a_
 
 }  // namespace detail
 
-// Solves A X = B (torch.linalg.solve with left=true).
+// Solves A X = B, or X A = B with left = false (torch.linalg.solve).
 template <Operand XA, Operand XB>
-auto solve(const XA& a_in, const XB& b_in) {
+Tensor<typename XA::value_type> solve(const XA& a_in, const XB& b_in, bool left = true) {
   using T = typename XA::value_type;
   static_assert(std::is_same_v<T, typename XB::value_type>,
                 "kiln: operands of linalg::solve have different dtypes; convert one with .to<T>()");
@@ -92,6 +93,11 @@ auto solve(const XA& a_in, const XB& b_in) {
   const Tensor<T> a = detail::as_tensor(a_in), b = detail::as_tensor(b_in);
   detail::require_square("linalg.solve", "A", a.shape());
   const bool vector = detail::is_vector_rhs(a.shape(), b.shape());
+  // X A = B is A^T X^T = B^T (x A = b is A^T x = b): views, so gradients flow through the transposes.
+  if (!left) {
+    const Tensor<T> at = a.transpose(-1, -2);
+    return vector ? solve(at, b) : solve(at, b.transpose(-1, -2)).transpose(-1, -2);
+  }
   const Tensor<T> b2 = vector ? b.unsqueeze(-1) : b;
   check<ShapeError>(b2.dim() >= 2 && b2.size(-2) == a.size(-1), "linalg.solve: incompatible shapes of A ", a.shape(),
                     " and B ", b.shape(), " (A is ", a.size(-1), " x ", a.size(-1), ", B needs ", a.size(-1),
