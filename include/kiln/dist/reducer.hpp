@@ -138,6 +138,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     if (!started_) {  // the first gradient of this backward: the unused parameters are ready now
       started_ = true;
       t0_ = std::chrono::steady_clock::now();
+      for (BucketTiming& t : timings_) t = {};
       mark_unused();
     }
     Tensor<float> slot = slot_view(k);
@@ -163,10 +164,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     }
   }
 
-  // Lets MPI move the buckets in flight along (it progresses only inside MPI calls).
+  // Lets MPI move the buckets in flight along (it progresses only inside MPI calls) and notes which finished.
   void progress() {
     for (size_t b = 0; b < next_bucket_; ++b)
-      if (buckets_[b].work && !buckets_[b].work->is_completed()) return;
+      if (buckets_[b].work && timings_[b].finished == 0 && buckets_[b].work->is_completed()) timings_[b].finished = now();
   }
 
   void mark_unused() {
@@ -186,7 +187,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       buckets_[b].work->wait();
       buckets_[b].work.reset();
-      timings_[b].finished = now();
+      if (timings_[b].finished == 0) timings_[b].finished = now();
     }
     last_backward_s_ = now();
     if (find_unused_) {
