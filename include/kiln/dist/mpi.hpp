@@ -65,6 +65,7 @@ class MpiProcessGroup : public ProcessGroup {
                                  options.timeout.count(), " ms");
     detail::ensure_mpi_initialized();
     state_->timeout = options.timeout;
+    std::lock_guard lock(detail::mpi_mutex());
     int rc = MPI_Comm_dup(comm, &state_->comm);
     if (rc != MPI_SUCCESS) throw DistError("MpiProcessGroup", -1, "MPI_Comm_dup failed: " + detail::mpi_error_string(rc));
     MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN);
@@ -74,7 +75,9 @@ class MpiProcessGroup : public ProcessGroup {
   ~MpiProcessGroup() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    progress_.reset();  // joins the thread
     // After a failure the communicator is abandoned: freeing it may wait for the lost peers.
+    std::lock_guard lock(detail::mpi_mutex());
     if (!state_->aborted && !finalized) MPI_Comm_free(&state_->comm);
   }
 
@@ -84,6 +87,15 @@ class MpiProcessGroup : public ProcessGroup {
   std::chrono::milliseconds timeout() const override { return state_->timeout; }
   bool aborted() const override { return state_->aborted; }
   MPI_Comm comm() const { return state_->comm; }
+  // A thread that keeps MPI's progress engine running (mpi_progress.hpp); only with MPI_THREAD_SERIALIZED or more.
+  void set_background_progress(bool on) override {
+    if (!on && !progress_) return;
+    if (!progress_) {
+      if (!detail::mpi_threads_serialized()) return;
+      progress_ = std::make_unique<detail::MpiProgressThread>(state_->comm);
+    }
+    progress_->set_active(on);
+  }
   [[noreturn]] void abort_job(int exit_code) override {
     MPI_Abort(state_->comm, exit_code);
     std::_Exit(exit_code);
@@ -240,7 +252,11 @@ class MpiProcessGroup : public ProcessGroup {
                               Issue&& issue, std::function<void()> finish, int peer = -1, int tag = 0) {
     ++state_->sequence;
     MPI_Request request = MPI_REQUEST_NULL;
-    const int rc = issue(&request);
+    int rc;
+    {
+      std::lock_guard lock(detail::mpi_mutex());
+      rc = issue(&request);
+    }
     if (rc != MPI_SUCCESS) state_->fail(name, "MPI could not start it: " + detail::mpi_error_string(rc));
     detail::OpDescription what;
     if (described.defined()) what = {described.numel(), described.dtype(), peer, tag, std::strcmp(name, "recv") == 0};
@@ -266,6 +282,7 @@ class MpiProcessGroup : public ProcessGroup {
 
   std::shared_ptr<detail::MpiCommState> state_;
   bool check_shapes_;
+  std::unique_ptr<detail::MpiProgressThread> progress_;
 };
 
 namespace detail {

@@ -4,6 +4,7 @@
 // words reduced by user-defined MPI_Ops that compute in float and round to nearest even. avg is a sum divided
 // afterwards (by the caller), for floating dtypes only.
 #include "kiln/dist/mpi_header.hpp"
+#include "kiln/dist/mpi_progress.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -45,6 +46,7 @@ inline MPI_Op bf16_op(ReduceOp op) {
   static std::once_flag once;
   static MPI_Op ops[4];
   std::call_once(once, [] {
+    std::lock_guard lock(mpi_mutex());
     MPI_Op_create(&bf16_reduce<ReduceOp::sum>, 1, &ops[0]);
     MPI_Op_create(&bf16_reduce<ReduceOp::min>, 1, &ops[1]);
     MPI_Op_create(&bf16_reduce<ReduceOp::max>, 1, &ops[2]);

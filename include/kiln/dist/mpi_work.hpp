@@ -5,6 +5,7 @@
 // every other Work of the group and every later collective throws at once, and its buffers are kept alive for
 // good (MPI may still write into them).
 #include "kiln/dist/mpi_header.hpp"
+#include "kiln/dist/mpi_progress.hpp"
 
 #include <chrono>
 #include <functional>
@@ -110,8 +111,11 @@ class MpiWork : public Work {
     if (done_) return true;
     if (state_->aborted) give_up(kiln::detail::cat("the process group was aborted after an earlier failure (",
                                                    state_->abort_reason, ")"));
-    int flag = 0;
-    const int rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+    int flag = 0, rc;
+    {
+      std::lock_guard lock(mpi_mutex());
+      rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+    }
     if (rc != MPI_SUCCESS) give_up(kiln::detail::cat("MPI reported an error on rank ", state_->rank, ": ",
                                                      mpi_error_string(rc)));
     if (flag) {

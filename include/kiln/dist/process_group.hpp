@@ -82,6 +82,9 @@ class ProcessGroup {
   virtual bool aborted() const = 0;
   // Ends the whole job (MPI_Abort): for a rank that caught a DistError and wants its hung peers gone too.
   [[noreturn]] virtual void abort_job(int exit_code) = 0;
+  // While on, the backend moves operations in flight along from a background thread (where it needs one: MPI),
+  // so that they progress while this thread computes. DistributedDataParallel switches it on during backward.
+  virtual void set_background_progress(bool) {}
 
   // ---- async forms (every rank calls the same ones in the same order) ----
   // In place: every rank's tensor becomes the reduction of all ranks' tensors. avg: floating dtypes only.

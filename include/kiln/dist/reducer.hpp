@@ -158,6 +158,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     Bucket& b = buckets_[slot_[k].bucket];
     if (--b.pending == 0) timings_[slot_[k].bucket].ready = now();
     while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+      if (next_bucket_ == 0) group_->set_background_progress(true);
       timings_[next_bucket_].started = now();
       buckets_[next_bucket_].work = group_->all_reduce_async(buckets_[next_bucket_].buffer, ReduceOp::avg);
       ++next_bucket_;
@@ -184,11 +185,17 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // All buckets started: wait for them; with find_unused_parameters, give the locally unused parameters the
   // reduced gradient when some rank used them.
   void finish() {
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      buckets_[b].work->wait();
-      buckets_[b].work.reset();
-      if (timings_[b].finished == 0) timings_[b].finished = now();
+    try {
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        buckets_[b].work->wait();
+        buckets_[b].work.reset();
+        if (timings_[b].finished == 0) timings_[b].finished = now();
+      }
+    } catch (...) {
+      group_->set_background_progress(false);
+      throw;
     }
+    group_->set_background_progress(false);
     last_backward_s_ = now();
     if (find_unused_) {
       Tensor<int32_t> used = ones<int32_t>({int64_t(params_.size())});
