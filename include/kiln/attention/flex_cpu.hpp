@@ -93,8 +93,17 @@ int64_t padded(int64_t n) {
   return (n + N - 1) / N * N;
 }
 
+// Whether modify_row leaves a row as it is (q . k unscaled; exp_row then applies the scale): a full tile of
+// whole vectors without a score modifier has nothing to mask or evaluate.
+template <class S, class A>
+bool keeps_raw(BlockState state, int64_t c) {
+  const hn::ScalableTag<A> d;
+  return std::is_same_v<S, attention::node::Score> && state == BlockState::Full && c % int64_t(hn::Lanes(d)) == 0;
+}
+
 // One row of a tile of q . k (`c` keys from k0, row stride padded to whole vectors), in place: times scale,
-// the modifier, then the mask (partial tiles) and the keys past the tile's end as -inf. Returns the row's max.
+// the modifier, then the mask (partial tiles) and the keys past the tile's end as -inf; unchanged where
+// keeps_raw. Returns the row's max (of the scaled, modified scores).
 template <bool kPartial, class S, class M, class A>
 HWY_INLINE A modify_row(A* s, int64_t c, A scale, int64_t b, int64_t h, int64_t q, int64_t k0, const S& score_mod,
                         const M& mask_mod, Env<A>& env) {
@@ -103,6 +112,10 @@ HWY_INLINE A modify_row(A* s, int64_t c, A scale, int64_t b, int64_t h, int64_t 
   const auto neg_inf = hn::Set(d, -std::numeric_limits<A>::infinity());
   const auto vscale = hn::Set(d, scale);
   auto vmax = neg_inf;
+  if (keeps_raw<S, A>(kPartial ? BlockState::Partial : BlockState::Full, c)) {
+    for (int64_t j = 0; j < c; j += N) vmax = hn::Max(vmax, hn::LoadU(d, s + j));
+    return hn::GetLane(hn::MaxOfLanes(d, vmax)) * scale;
+  }
   for (int64_t j = 0; j < c; j += N) {
     auto p = attention::detail::make_point(d, b, h, q, k0 + j, k0 + c);
     p.score = hn::Mul(hn::LoadU(d, s + j), vscale);
@@ -116,15 +129,15 @@ HWY_INLINE A modify_row(A* s, int64_t c, A scale, int64_t b, int64_t h, int64_t 
   return hn::GetLane(hn::MaxOfLanes(d, vmax));
 }
 
-// exp(s - shift) over a padded row (shift finite), in place; returns the sum.
+// exp(s * scale - shift) over a padded row (shift finite), in place; returns the sum.
 template <class A>
-HWY_INLINE A exp_row(A* s, int64_t c, A shift) {
+HWY_INLINE A exp_row(A* s, int64_t c, A scale, A shift) {
   const hn::ScalableTag<A> d;
   const int64_t N = int64_t(hn::Lanes(d));
-  const auto vs = hn::Set(d, shift);
+  const auto vs = hn::Set(d, shift), vscale = hn::Set(d, scale);
   auto sum = hn::Zero(d);
   for (int64_t j = 0; j < c; j += N) {
-    const auto e = softmax_detail::exp_nonpositive(d, hn::Min(hn::Sub(hn::LoadU(d, s + j), vs), hn::Zero(d)));
+    const auto e = softmax_detail::exp_nonpositive(d, hn::Min(hn::MulSub(hn::LoadU(d, s + j), vscale, vs), hn::Zero(d)));
     hn::StoreU(e, d, s + j);
     sum = hn::Add(sum, e);
   }
@@ -180,7 +193,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
             continue;
           }
           w.alpha[i] = std::exp(w.m[i] - m_new);
-          w.l[i] = w.l[i] * w.alpha[i] + exp_row(s, c, m_new);
+          w.l[i] = w.l[i] * w.alpha[i] + exp_row(s, c, keeps_raw<S, A>(state, c) ? A(scale) : A(1), m_new);
           w.m[i] = m_new;
         }
         for (int64_t i = 0; i < r; ++i)
@@ -270,7 +283,7 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
               if (state == BlockState::Full) modify_row<false>(p, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
               else modify_row<true>(p, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
               if (row_lse == -std::numeric_limits<A>::infinity()) std::fill(p, p + padded<A>(c), A(0));
-              else exp_row(p, c, row_lse);
+              else exp_row(p, c, keeps_raw<S, A>(state, c) ? A(scale) : A(1), row_lse);
             }
             tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv).noalias() += P.transpose() * dO;
             dP.noalias() = dO * V.transpose();
