@@ -22,6 +22,7 @@ struct Args {
   int64_t limit_batches = 0;  // per epoch, 0: all (for quick runs and tests)
   bool resume = false;
   bool quiet = false;  // no progress bar, one line per epoch
+  bool distributed = false;  // data-parallel under mpirun (replicas.hpp)
   std::string export_png_dir;  // --export-png DIR N: write N test images as PNG files instead of training
   int64_t export_png_count = 0;
 };
@@ -30,6 +31,7 @@ inline constexpr const char* kUsage =
     "usage: fashion_mnist [--epochs N] [--threads N] [--workers N] [--batch-size N] [--lr X]\n"
     "                     [--schedule onecycle|constant] [--seed N] [--data DIR] [--out DIR]\n"
     "                     [--limit-batches N] [--resume] [--quiet]\n"
+    "       mpirun -np N fashion_mnist --distributed [options]   (--batch-size is the global batch)\n"
     "       fashion_mnist --export-png DIR N [--data DIR]\n"
     "Trains a CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), evaluates on the test set and writes\n"
     "a checkpoint each epoch (OUT/checkpoint.safetensors) and the curves (OUT/curves.svg).\n"
@@ -60,6 +62,7 @@ inline Args parse_args(int argc, char** argv) {
     else if (flag == "--limit-batches") a.limit_batches = f.number<int64_t>(1);
     else if (flag == "--resume") a.resume = true;
     else if (flag == "--quiet") a.quiet = true;
+    else if (flag == "--distributed") a.distributed = true;
     else if (flag == "--export-png") {
       a.export_png_dir = f.value();
       a.export_png_count = f.number<int64_t>(1);

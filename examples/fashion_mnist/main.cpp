@@ -3,6 +3,7 @@
 // continues from the checkpoint exactly where it stopped (same threads: bitwise the same steps).
 //
 //   fashion_mnist --epochs 3 --threads 2          (fashion_mnist --help for every option)
+//   mpirun -np 2 fashion_mnist --distributed      (data-parallel with SyncBatchNorm: replicas.hpp)
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "kiln/optim.hpp"
 #include "model.hpp"
 #include "progress.hpp"
+#include "replicas.hpp"
 #include "svg_plot.hpp"
 #include "../serve/png.hpp"
 
@@ -94,7 +96,11 @@ int export_test_pngs(const Args& args) {
 }
 
 int run(const Args& args) {
-  set_num_threads(args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency())));
+  manual_seed(args.seed);
+  nn::Sequential net = make_model();
+  Replicas replicas(args.distributed, net);  // --distributed: rank 0's parameters on every rank
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  set_num_threads(args.threads > 0 ? args.threads : std::max(1, cores / replicas.size()));
   Split train, test;
   try {
     train = load_split(args.data_dir, "train");
@@ -106,13 +112,12 @@ int run(const Args& args) {
                  e.what());
     return 1;
   }
-  fs::create_directories(args.out_dir);
+  if (replicas.main()) fs::create_directories(args.out_dir);
   const fs::path checkpoint_path = fs::path(args.out_dir) / "checkpoint.safetensors";
 
-  manual_seed(args.seed);
-  nn::Sequential net = make_model();
   data::DataLoader loader(data::TensorDataset(train.images, train.labels),
-                          {.batch_size = args.batch_size, .shuffle = true, .num_workers = args.workers, .seed = args.seed});
+                          replicas.loader_options({.batch_size = args.batch_size, .shuffle = true,
+                                                   .num_workers = args.workers, .seed = args.seed}));
   const int64_t batches = args.limit_batches > 0 ? std::min(args.limit_batches, loader.size()) : loader.size();
   const int64_t total_steps = batches * args.epochs;
   optim::Adam opt(net->parameters(), optim::AdamOptions(args.lr));
@@ -139,21 +144,22 @@ int run(const Args& args) {
       return std::vector<double>(t.data_ptr(), t.data_ptr() + t.numel());
     };
     curves = {values("curves.loss_epoch"), values("curves.loss"), values("curves.accuracy")};
-    std::printf("resumed from %s after epoch %d\n", checkpoint_path.c_str(), start_epoch);
+    if (replicas.main()) std::printf("resumed from %s after epoch %d\n", checkpoint_path.c_str(), start_epoch);
   }
-  std::printf("kiln %s, SIMD %s, %d threads, %d loader workers: %lld training images, %lld test images\n",
-              kiln::version(), simd_target(), get_num_threads(), args.workers, (long long)train.images.size(0),
-              (long long)test.images.size(0));
+  if (replicas.main())
+    std::printf("kiln %s, SIMD %s, %d ranks of %d threads, %d loader workers: %lld training images, %lld test images\n",
+                kiln::version(), simd_target(), replicas.size(), get_num_threads(), args.workers,
+                (long long)train.images.size(0), (long long)test.images.size(0));
 
   for (int epoch = start_epoch; epoch < args.epochs; ++epoch) {
     loader.set_epoch(epoch);
-    ProgressBar bar(epoch + 1, args.epochs, batches, !args.quiet);
+    ProgressBar bar(epoch + 1, args.epochs, batches, !args.quiet && replicas.main());  // rank 0's part
     double loss_sum = 0, interval_loss = 0;
     int64_t right = 0, seen = 0, done = 0, interval = 0;
     const int64_t log_every = std::max<int64_t>(1, batches / 20);
     for (auto& batch : loader) {
       opt.zero_grad();
-      const Tensor<float> logits = net(batch.data);
+      const Tensor<float> logits = replicas.forward(batch.data);
       Tensor<float> loss = F::cross_entropy(logits, batch.target);
       loss.backward();
       opt.step();
@@ -173,8 +179,12 @@ int run(const Args& args) {
       if (done == batches) break;
     }
     const double train_seconds = bar.seconds();
+    std::vector<double> totals{loss_sum, double(right), double(seen)};  // over all ranks
+    replicas.sum(totals);
+    loss_sum = totals[0], right = int64_t(totals[1]), seen = int64_t(totals[2]);
     const double accuracy = evaluate(net, test);
     curves.accuracy.push_back(accuracy);
+    if (!replicas.main()) continue;  // rank 0 reports and writes
     std::printf("epoch %d/%d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.1f s (%.0f img/s)\n",
                 epoch + 1, args.epochs, loss_sum / double(seen), double(right) / double(seen), accuracy, train_seconds,
                 double(seen) / train_seconds);
@@ -192,8 +202,10 @@ int run(const Args& args) {
     ckpt.save(checkpoint_path);
     write_curves_svg(fs::path(args.out_dir) / "curves.svg", curves);
   }
-  std::printf("final test accuracy %.4f; checkpoint %s, curves %s\n", curves.accuracy.empty() ? 0.0 : curves.accuracy.back(),
-              checkpoint_path.c_str(), (fs::path(args.out_dir) / "curves.svg").c_str());
+  if (replicas.main())
+    std::printf("final test accuracy %.4f; checkpoint %s, curves %s\n",
+                curves.accuracy.empty() ? 0.0 : curves.accuracy.back(), checkpoint_path.c_str(),
+                (fs::path(args.out_dir) / "curves.svg").c_str());
   return 0;
 }
 

@@ -1,6 +1,6 @@
 // Every collective of the MPI backend against an expectation each rank computes locally from the formula
 // every rank used to fill its tensor, for float, double, int32 and int64 and sizes 0, 1, odd and large
-// (over 2 and 3 ranks: meson test runs this file with both); bfloat16 and bool reductions; non-contiguous
+// (over 2 and 3 ranks: meson test runs this file with both); bfloat16, float16 and bool reductions; non-contiguous
 // tensors; argument errors; the check_shapes debug mode. Timeouts and lost ranks: failure_main.cpp.
 #include <doctest/doctest.h>
 
@@ -114,15 +114,19 @@ TEST_CASE("all_reduce of a non-contiguous view writes through to its base") {
                    "non-contiguous all_reduce") == 0);
 }
 
-TEST_CASE("all_reduce of bfloat16 (user-defined MPI ops) and bool (logical or / and)") {
+TEST_CASE_TEMPLATE("all_reduce of 16-bit floats (user-defined MPI ops)", T, bfloat16, float16) {
   auto& pg = group();
   for (const ReduceOp op : all_ops) {
-    Tensor<bfloat16> t = empty<bfloat16>({301});
-    for (int64_t i = 0; i < 301; ++i) t.data_ptr()[i] = bfloat16(value<float>(pg.rank(), i));
+    Tensor<T> t = empty<T>({301});
+    for (int64_t i = 0; i < 301; ++i) t.data_ptr()[i] = T(value<float>(pg.rank(), i));
     pg.all_reduce(t, op);
-    CHECK(mismatches(t.to<float>(), [&](int64_t i) { return float(bfloat16(reduce_locally<float>(op, pg.size(), i))); },
-                     detail::cat("bfloat16 all_reduce ", reduce_op_name(op))) == 0);
+    CHECK(mismatches(t.template to<float>(), [&](int64_t i) { return float(T(reduce_locally<float>(op, pg.size(), i))); },
+                     detail::cat(dtype_name(scalar_type_of<T>()), " all_reduce ", reduce_op_name(op))) == 0);
   }
+}
+
+TEST_CASE("all_reduce of bool: logical or (sum, max) and and (product, min)") {
+  auto& pg = group();
   Tensor<bool> any = empty<bool>({4}), all = empty<bool>({4});
   for (int64_t i = 0; i < 4; ++i) {
     // element 0: no rank true; 1: only rank 0; 2: all ranks; 3: all but rank 0

@@ -1,7 +1,7 @@
 #pragma once
 // kiln's dtypes and reduce ops as MPI datatypes and MPI_Ops. float, double, int32, int64 map to MPI's own types
-// and ops; bool to MPI_C_BOOL with logical or (sum, max) and and (product, min), as PyTorch; bfloat16 to 16-bit
-// words reduced by user-defined MPI_Ops that compute in float and round to nearest even. avg is a sum divided
+// and ops; bool to MPI_C_BOOL with logical or (sum, max) and and (product, min), as PyTorch; bfloat16 and float16
+// to 16-bit words reduced by user-defined MPI_Ops that compute in float and round to nearest even. avg is a sum divided
 // afterwards (by the caller), for floating dtypes only.
 #include "kiln/dist/mpi_header.hpp"
 #include "kiln/dist/mpi_progress.hpp"
@@ -22,15 +22,16 @@ inline MPI_Datatype mpi_datatype(ScalarType t) {
     case ScalarType::Int32: return MPI_INT32_T;
     case ScalarType::Int64: return MPI_INT64_T;
     case ScalarType::Bool: return MPI_C_BOOL;
-    case ScalarType::BFloat16: return MPI_UINT16_T;
+    case ScalarType::BFloat16:
+    case ScalarType::Half: return MPI_UINT16_T;
   }
   throw std::logic_error("kiln::dist: unknown ScalarType");
 }
 
-template <ReduceOp Op>
-void bf16_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const bfloat16*>(in);
-  auto* b = static_cast<bfloat16*>(inout);
+template <class T, ReduceOp Op>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const T*>(in);
+  auto* b = static_cast<T*>(inout);
   for (int i = 0; i < *len; ++i) {
     const float x = a[i], y = b[i];
     float r;
@@ -38,19 +39,21 @@ void bf16_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
     else if constexpr (Op == ReduceOp::max) r = std::max(x, y);
     else if constexpr (Op == ReduceOp::product) r = x * y;
     else r = x + y;  // sum, avg
-    b[i] = bfloat16(r);
+    b[i] = T(r);
   }
 }
 
-inline MPI_Op bf16_op(ReduceOp op) {
+// The user-defined MPI_Op for op on 16-bit floats T (created once, after MPI_Init).
+template <class T>
+MPI_Op half_op(ReduceOp op) {
   static std::once_flag once;
   static MPI_Op ops[4];
   std::call_once(once, [] {
     std::lock_guard lock(mpi_mutex());
-    MPI_Op_create(&bf16_reduce<ReduceOp::sum>, 1, &ops[0]);
-    MPI_Op_create(&bf16_reduce<ReduceOp::min>, 1, &ops[1]);
-    MPI_Op_create(&bf16_reduce<ReduceOp::max>, 1, &ops[2]);
-    MPI_Op_create(&bf16_reduce<ReduceOp::product>, 1, &ops[3]);
+    MPI_Op_create(&half_reduce<T, ReduceOp::sum>, 1, &ops[0]);
+    MPI_Op_create(&half_reduce<T, ReduceOp::min>, 1, &ops[1]);
+    MPI_Op_create(&half_reduce<T, ReduceOp::max>, 1, &ops[2]);
+    MPI_Op_create(&half_reduce<T, ReduceOp::product>, 1, &ops[3]);
   });
   switch (op) {
     case ReduceOp::min: return ops[1];
@@ -62,10 +65,12 @@ inline MPI_Op bf16_op(ReduceOp op) {
 
 // The MPI_Op for op on dtype t; `what` names the collective for the message.
 inline MPI_Op mpi_op(ReduceOp op, ScalarType t, const char* what) {
-  const bool floating = t == ScalarType::Float || t == ScalarType::Double || t == ScalarType::BFloat16;
+  const bool floating = t == ScalarType::Float || t == ScalarType::Double || t == ScalarType::BFloat16 ||
+                        t == ScalarType::Half;
   check<std::invalid_argument>(op != ReduceOp::avg || floating, what, ": ReduceOp::avg needs a floating dtype, got ",
                                dtype_name(t), " (use sum and divide)");
-  if (t == ScalarType::BFloat16) return bf16_op(op);
+  if (t == ScalarType::BFloat16) return half_op<bfloat16>(op);
+  if (t == ScalarType::Half) return half_op<float16>(op);
   if (t == ScalarType::Bool) return op == ReduceOp::product || op == ReduceOp::min ? MPI_LAND : MPI_LOR;
   switch (op) {
     case ReduceOp::sum:

@@ -63,6 +63,7 @@ inline void written(const Staged& s, ReduceOp op, int size) {
       case ScalarType::Float: divide_all<float>(p, n, size); break;
       case ScalarType::Double: divide_all<double>(p, n, size); break;
       case ScalarType::BFloat16: divide_all<bfloat16>(p, n, size); break;
+      case ScalarType::Half: divide_all<float16>(p, n, size); break;
       default: break;  // rejected before the operation
     }
   }
