@@ -2,7 +2,8 @@
 // `mpirun --allow-run-as-root --oversubscribe -np 2` and `-np 3`. Every rank runs every test case in the same
 // order (the collectives must match); rank 0 prints doctest's usual report, the others only their failures.
 // The exit status is non-zero on every rank when any rank failed. KILN_DIST_TEST_TIMEOUT_MS sets the default
-// group's timeout (default 60 s), so that a broken collective fails the run instead of hanging it.
+// group's timeout (default 60 s), so that a broken collective fails the run instead of hanging it. The cases
+// assume at least 2 ranks (a ring of sends, ranks with different arguments).
 //
 // `kiln_dist_tests --scenario=NAME`: what the survivors see when a rank is lost, run by tests/dist/run_failure.sh
 // under `mpirun --enable-recovery` (without it mpirun kills the survivors at once). One scenario per run:

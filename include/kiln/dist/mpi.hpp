@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "kiln/dist/init.hpp"
@@ -60,7 +61,9 @@ class MpiProcessGroup : public ProcessGroup {
  public:
   // Over a duplicate of comm (MPI_COMM_WORLD by default), initializing MPI when needed.
   explicit MpiProcessGroup(ProcessGroupOptions options = {}, MPI_Comm comm = MPI_COMM_WORLD)
-      : state_(std::make_shared<detail::MpiCommState>()), check_shapes_(options.check_shapes) {
+      : state_(std::make_shared<detail::MpiCommState>()),
+        check_shapes_(options.check_shapes || (std::getenv("KILN_DIST_CHECK_SHAPES") &&
+                                               std::string_view(std::getenv("KILN_DIST_CHECK_SHAPES")) == "1")) {
     check<std::invalid_argument>(options.timeout.count() > 0, "MpiProcessGroup: timeout must be positive, got ",
                                  options.timeout.count(), " ms");
     detail::ensure_mpi_initialized();

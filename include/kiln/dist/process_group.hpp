@@ -66,7 +66,7 @@ class Work {
 struct ProcessGroupOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(30);  // torch.distributed's default
   // Before each collective, all ranks exchange dtype and size and throw DistError on a mismatch (one extra
-  // small collective per call: a debug mode).
+  // small collective per call: a debug mode). KILN_DIST_CHECK_SHAPES=1 in the environment turns it on too.
   bool check_shapes = false;
 };
 
