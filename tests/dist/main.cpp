@@ -17,6 +17,8 @@
 //   hang:    the last rank sleeps through the collective (timeout 1 s); the others throw after 1 s.
 //   timeout: rank 0 waits for a message rank 1 never sends (timeout 0.3 s): recv throws naming rank 1 as the
 //            peer, while the other ranks, untouched, finish normally.
+//   abort:   rank 1 hangs for a minute; after its DistError rank 0 calls abort_job (MPI_Abort), which must end
+//            every rank: run_failure.sh checks that mpirun returned within 15 s.
 //
 // Each surviving rank prints "PASS <scenario> rank <r>: ..." or "FAIL ..."; the script counts the lines, since
 // mpirun --enable-recovery returns 0 whatever the ranks did (measured, docs/distributed.md).
@@ -100,6 +102,19 @@ int run_scenario(const std::string& scenario) {
     Tensor<double> t = ones<double>({10});
     return expect_dist_error(pg, scenario, "all_reduce", 1.0, 2.0, [&] { pg.all_reduce(t); });
   }
+  if (scenario == "abort") {
+    auto& pg = dist::init_process_group("mpi", std::chrono::milliseconds(500));
+    pg.barrier();
+    if (pg.rank() == 1) {  // hangs for a minute: only abort_job on rank 0 can end the job sooner
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+      std::_Exit(0);
+    }
+    Tensor<float> t = ones<float>({10});
+    const int status = expect_dist_error(pg, scenario, "all_reduce", 0.5, 2.5, [&] { pg.all_reduce(t); });
+    if (pg.rank() == 0) pg.abort_job(status == 0 ? 0 : 1);  // ends every rank, the hung one included
+    std::this_thread::sleep_for(std::chrono::seconds(60));  // the others wait to be ended
+    return 1;
+  }
   if (scenario == "timeout") {
     auto& pg = dist::init_process_group("mpi", std::chrono::milliseconds(300));
     pg.barrier();
@@ -118,7 +133,7 @@ int run_scenario(const std::string& scenario) {
     }
     return status;
   }
-  std::fprintf(stderr, "kiln_dist_tests: unknown scenario %s (kill, exit, hang, timeout)\n", scenario.c_str());
+  std::fprintf(stderr, "kiln_dist_tests: unknown scenario %s (kill, exit, hang, timeout, abort)\n", scenario.c_str());
   return 2;
 }
 
