@@ -161,13 +161,13 @@ void record(const Tensor<T>& out, std::shared_ptr<autograd::Node> node) {
   autograd::meta_of(out.impl_ptr()).grad_fn = std::move(node);
 }
 
-// The decompositions without a backward in kiln (qr, eigh, svd, lstsq, the SVD-based norms) refuse an
-// input that requires grad rather than return results whose gradient would silently be zero.
+// The decompositions without a backward in kiln (qr, svd, lstsq, the SVD-based norms) refuse an input that
+// requires grad rather than return results whose gradient would silently be zero.
 template <class T>
 void refuse_grad(const char* op, const Tensor<T>& t) {
   check<std::logic_error>(!needs_grad(t), op,
                           ": kiln has no gradient for this function; call it on x.detach() or under "
-                          "kiln::NoGradGuard (gradients exist for solve, inv, det, slogdet and cholesky)");
+                          "kiln::NoGradGuard (gradients exist for solve, inv, det, slogdet, cholesky and eigh)");
 }
 
 }  // namespace detail
