@@ -1,5 +1,5 @@
 // float16 tensors: stored 16-bit, computed in float, rounded to nearest even on every store: casts from float,
-// double and strided views, fused arithmetic, AnyTensor::to(kHalf), reductions and matmul accumulating in
+// double and strided views (for bfloat16 too: the vectorized dense conversions against the scalar ones), fused arithmetic, AnyTensor::to(kHalf), reductions and matmul accumulating in
 // float (a float16 accumulator would stop at 2048 when adding ones), softmax, printing and a gradient.
 #include <doctest/doctest.h>
 
@@ -42,22 +42,23 @@ TEST_CASE("float16 casts round each element to nearest even, from float, double 
   CHECK(std::isnan(back[8]));
 }
 
-TEST_CASE("tensor conversions (dense runs through F16C where compiled in) match float16's own, bit for bit") {
-  // All 65536 half patterns to float, and a million float patterns (every 4099th) to float16.
-  Tensor<float16> all = empty<float16>({65536});
-  for (uint32_t b = 0; b < 65536; ++b) all.data_ptr()[b] = float16::from_bits(uint16_t(b));
-  const std::vector<float> widened = all.to<float>().to_vector();
+TEST_CASE_TEMPLATE("tensor casts (dense runs vectorized where compiled in) match the scalar conversion bit for bit", H,
+                   float16, bfloat16) {
+  // All 65536 patterns to float, and a million float patterns (every 4099th) back.
+  Tensor<H> all = empty<H>({65536});
+  for (uint32_t b = 0; b < 65536; ++b) all.data_ptr()[b] = H::from_bits(uint16_t(b));
+  const std::vector<float> widened = all.template to<float>().to_vector();
   int64_t bad = 0;
   for (uint32_t b = 0; b < 65536; ++b)
-    bad += std::bit_cast<uint32_t>(widened[b]) != std::bit_cast<uint32_t>(float(float16::from_bits(uint16_t(b))));
+    bad += std::bit_cast<uint32_t>(widened[b]) != std::bit_cast<uint32_t>(float(H::from_bits(uint16_t(b))));
   CHECK(bad == 0);
   std::vector<float> floats;
   for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) floats.push_back(std::bit_cast<float>(uint32_t(u)));
   Tensor<float> f = empty<float>({int64_t(floats.size())});
   std::copy(floats.begin(), floats.end(), f.data_ptr());
-  const std::vector<float16> narrowed = f.to<float16>().to_vector();
+  const std::vector<H> narrowed = f.template to<H>().to_vector();
   bad = 0;
-  for (size_t i = 0; i < floats.size(); ++i) bad += narrowed[i].bits != float16(floats[i]).bits;
+  for (size_t i = 0; i < floats.size(); ++i) bad += narrowed[i].bits != H(floats[i]).bits;
   CHECK(bad == 0);
 }
 

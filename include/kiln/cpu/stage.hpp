@@ -21,7 +21,7 @@
 #include "kiln/cpu/loop_plan.hpp"
 #include "kiln/cpu/parallel.hpp"
 
-#ifdef __F16C__
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -84,6 +84,36 @@ void half_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64_t 
   else convert_run<float16, float>(dst + i * dstep, dstep, src + i * sstep, sstep, n - i);
 }
 
+// bfloat16 -> float (kToFloat) or float -> bfloat16 over a run. Dense runs use AVX2 integer ops where the
+// target has them, 8 at a time, with bfloat16's own rounding (to nearest even; a NaN keeps its top bits and
+// comes out quiet); the rest element by element.
+template <bool kToFloat>
+void bf16_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64_t n) {
+  int64_t i = 0;
+#ifdef __AVX2__
+  if (dstep == (kToFloat ? 4 : 2) && sstep == (kToFloat ? 2 : 4)) {
+    for (; i + 8 <= n; i += 8) {
+      if constexpr (kToFloat) {
+        const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * 2)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i * 4), _mm256_slli_epi32(h, 16));
+      } else {
+        const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * 4));
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+        const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                               _mm256_set1_epi32(0x7f800000));
+        const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);  // 16-bit values in 32-bit lanes
+        const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i * 2), packed);
+      }
+    }
+  }
+#endif
+  if constexpr (kToFloat) convert_run<float, bfloat16>(dst + i * dstep, dstep, src + i * sstep, sstep, n - i);
+  else convert_run<bfloat16, float>(dst + i * dstep, dstep, src + i * sstep, sstep, n - i);
+}
+
 template <size_t Bytes>
 void copy_run(char* dst, int64_t dstep, const char* src, int64_t sstep, int64_t n) {
   // The two common shapes get loops the compiler vectorizes: a broadcast operand (a bias over the rows of
@@ -127,10 +157,8 @@ inline void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, co
       default: return detail::copy_run<8>(dst, dstep, src, sstep, n);
     }
   }
-  if (to == ScalarType::Float && from == ScalarType::BFloat16)
-    return convert_run<float, bfloat16>(dst, dstep, src, sstep, n);
-  if (to == ScalarType::BFloat16 && from == ScalarType::Float)
-    return convert_run<bfloat16, float>(dst, dstep, src, sstep, n);
+  if (to == ScalarType::Float && from == ScalarType::BFloat16) return detail::bf16_run<true>(dst, dstep, src, sstep, n);
+  if (to == ScalarType::BFloat16 && from == ScalarType::Float) return detail::bf16_run<false>(dst, dstep, src, sstep, n);
   if (to == ScalarType::Float && from == ScalarType::Half) return detail::half_run<true>(dst, dstep, src, sstep, n);
   if (to == ScalarType::Half && from == ScalarType::Float) return detail::half_run<false>(dst, dstep, src, sstep, n);
   if (from == ScalarType::Bool)
