@@ -17,7 +17,7 @@
 namespace kiln::attention {
 
 struct FlexOptions {
-  std::optional<double> scale;  // default 1 / sqrt(D)
+  std::optional<double> scale = std::nullopt;  // default 1 / sqrt(D)
   bool enable_gqa = false;
 };
 
