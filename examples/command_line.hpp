@@ -51,9 +51,11 @@ class Flags {
     const std::string name(flag()), text(value());
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
-    if (end != text.c_str() + text.size() || !(v >= low && v <= high))
-      throw ArgsError(name + " expects a number in [" + std::to_string(low) + ", " + std::to_string(high) + "], got \"" +
-                      text + "\"");
+    if (end != text.c_str() + text.size() || !(v >= low && v <= high)) {
+      char range[64];
+      std::snprintf(range, sizeof range, "[%g, %g]", low, high);
+      throw ArgsError(name + " expects a number in " + range + ", got \"" + text + "\"");
+    }
     return v;
   }
   [[noreturn]] void unknown() const { throw ArgsError("unknown argument \"" + std::string(flag()) + "\""); }

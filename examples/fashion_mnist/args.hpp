@@ -1,6 +1,5 @@
 #pragma once
 // Command-line options of the Fashion-MNIST example; a bad argument throws command_line::ArgsError with the reason.
-#include <cstdlib>
 #include <string>
 
 #include "../command_line.hpp"
@@ -46,13 +45,8 @@ inline Args parse_args(int argc, char** argv) {
     else if (flag == "--threads") a.threads = f.number<int>(1);
     else if (flag == "--workers") a.workers = f.number<int>(0);
     else if (flag == "--batch-size") a.batch_size = f.number<int64_t>(1);
-    else if (flag == "--lr") {
-      const std::string text(f.value());
-      char* end = nullptr;
-      a.lr = std::strtod(text.c_str(), &end);
-      if (end != text.c_str() + text.size() || !(a.lr > 0 && a.lr < 10))
-        throw ArgsError("--lr expects a number in (0, 10), got \"" + text + "\"");
-    } else if (flag == "--schedule") {
+    else if (flag == "--lr") a.lr = f.real(1e-9, 10);
+    else if (flag == "--schedule") {
       a.schedule = f.value();
       if (a.schedule != "onecycle" && a.schedule != "constant")
         throw ArgsError("--schedule expects onecycle or constant, got \"" + a.schedule + "\"");
