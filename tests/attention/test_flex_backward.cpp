@@ -132,3 +132,16 @@ TEST_CASE("flex_attention backward: float and bfloat16 gradients against float64
   const auto h = grads(qb, kb, vb);
   for (size_t i = 0; i < 3; ++i) CHECK(within(h[i], rounded[i], 0x1p-7, 1e-2));
 }
+
+TEST_CASE("flex_attention backward: a frozen k and v get no gradient, q's is the same") {
+  auto all = qkv(kH, kH, 18);
+  auto only_q = std::vector<Tensor<double>>{all[0].clone(), all[1].clone(), all[2].clone()};
+  for (auto& t : all) t.requires_grad_();
+  only_q[0].requires_grad_();
+  const Tensor<double> g = randn<double>({kB, kH, kLq, kDv});
+  at::flex_attention(all[0], all[1], all[2], at::soft_cap(2.0)).backward(g);
+  at::flex_attention(only_q[0], only_q[1], only_q[2], at::soft_cap(2.0)).backward(g);
+  CHECK(values(only_q[0].grad()) == values(all[0].grad()));
+  CHECK(!only_q[1].grad().defined());
+  CHECK(!only_q[2].grad().defined());
+}

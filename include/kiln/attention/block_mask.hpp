@@ -38,8 +38,6 @@ struct BlockMask {
     for (BlockState s : state) kept += s != BlockState::Empty;
     return state.empty() ? 0.0 : double(kept) / double(state.size());
   }
-  bool broadcasts_b() const { return B == 1; }
-  bool broadcasts_h() const { return H == 1; }
 };
 
 namespace detail {

@@ -63,14 +63,6 @@ std::vector<CapturedSlot> number_captured(S& score_mod) {
   return slots;
 }
 
-inline int thread_slots() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 // The captured tensors' gradients: per-thread buffers summed into a tensor of each one's dtype and shape.
 template <class A>
 struct CapturedGrads {
@@ -78,7 +70,7 @@ struct CapturedGrads {
   std::vector<std::vector<A*>> pointers;                // [thread][slot], null where not wanted
 
   CapturedGrads(const std::vector<CapturedSlot>& slots, const std::vector<bool>& wanted) {
-    const int threads = thread_slots();
+    const int threads = get_num_threads();
     per_thread.resize(size_t(threads));
     pointers.resize(size_t(threads));
     for (int t = 0; t < threads; ++t)
@@ -125,20 +117,24 @@ struct FlexAttentionBackward : autograd::Node {
     for (const CapturedSlot& c : captured_) c.saved.unpack(*this);
     const Tensor<T> dout = grads[0] ? inner_contiguous(Tensor<T>(grads[0])) : zeros<T>(out.shape());
     const Tensor<A> dlse = grads.size() > 1 && grads[1] ? Tensor<A>(grads[1]).contiguous() : Tensor<A>();
-    Tensor<T> dq = empty<T>(q.shape()), dk = empty<T>({sizes_.B, sizes_.Hkv, sizes_.Lkv, sizes_.D}),
-              dv = empty<T>({sizes_.B, sizes_.Hkv, sizes_.Lkv, sizes_.Dv});
+    // Only the gradients some edge takes are computed (a frozen q, k or v gets none).
+    auto wanted_grad = [&](size_t edge, const Shape& shape) { return next_edges[edge].valid() ? empty<T>(shape) : Tensor<T>(); };
+    const Tensor<T> dq = wanted_grad(0, q.shape()), dk = wanted_grad(1, {sizes_.B, sizes_.Hkv, sizes_.Lkv, sizes_.D}),
+                    dv = wanted_grad(2, {sizes_.B, sizes_.Hkv, sizes_.Lkv, sizes_.Dv});
+    auto data = [](const Tensor<T>& t) { return t.defined() ? t.data_ptr() : nullptr; };
     std::vector<bool> wanted;
     for (size_t s = 0; s < captured_.size(); ++s)
       wanted.push_back(captured_[s].floating() && next_edges[3 + s].valid());
     CapturedGrads<A> cg(captured_, wanted);
     const bool ok = flex::backward(rows_of(q), rows_of(k), rows_of(v), out.data_ptr(), lse.data_ptr(), rows_of(dout),
                                    dlse.defined() ? dlse.data_ptr() : nullptr, sizes_, scale_, mod_, bm_,
-                                   dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                   data(dq), data(dk), data(dv),
                                    [&](int thread) { return cg.pointers[size_t(thread)]; });
     check<std::out_of_range>(ok, "flex_attention backward: the score_mod or mask_mod reads a captured tensor out of its bounds");
-    result[0] = dq.impl_ptr();
-    result[1] = dk.impl_ptr();
-    result[2] = dv.impl_ptr();
+    for (size_t i = 0; i < 3; ++i) {
+      const Tensor<T>& g = i == 0 ? dq : i == 1 ? dk : dv;
+      if (g.defined()) result[i] = g.impl_ptr();
+    }
     for (size_t s = 0; s < captured_.size(); ++s) {
       if (!wanted[s]) continue;
       const Shape& shape = captured_[s].tensor->shape;

@@ -129,6 +129,14 @@ HWY_INLINE A modify_row(A* s, int64_t c, A scale, int64_t b, int64_t h, int64_t 
   return hn::GetLane(hn::MaxOfLanes(d, vmax));
 }
 
+// modify_row for a row of a tile in `state` (the mask evaluated only in partial tiles).
+template <class S, class M, class A>
+HWY_INLINE A modify_tile_row(BlockState state, A* s, int64_t c, A scale, int64_t b, int64_t h, int64_t q, int64_t k0,
+                             const S& score_mod, const M& mask_mod, Env<A>& env) {
+  return state == BlockState::Full ? modify_row<false>(s, c, scale, b, h, q, k0, score_mod, mask_mod, env)
+                                   : modify_row<true>(s, c, scale, b, h, q, k0, score_mod, mask_mod, env);
+}
+
 // exp(s * scale - shift) over a padded row (shift finite), in place; returns the sum.
 template <class A>
 HWY_INLINE A exp_row(A* s, int64_t c, A scale, A shift) {
@@ -183,9 +191,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
         Sm.noalias() = Q * K.transpose();
         for (int64_t i = 0; i < r; ++i) {
           A* s = w.s.data() + i * ld;
-          const A mx = state == BlockState::Full
-                           ? modify_row<false>(s, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env)
-                           : modify_row<true>(s, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
+          const A mx = modify_tile_row(state, s, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
           const A m_new = std::max(w.m[i], mx);
           if (m_new == -std::numeric_limits<A>::infinity()) {  // nothing live in this row yet
             std::fill(s, s + c, A(0));
@@ -280,8 +286,7 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
               A* p = w.p.data() + i * ld;
               std::copy(w.s.data() + i * ld, w.s.data() + i * ld + c, p);
               const A row_lse = lse[bh * g.Lq + q0 + i];
-              if (state == BlockState::Full) modify_row<false>(p, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
-              else modify_row<true>(p, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
+              modify_tile_row(state, p, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
               if (row_lse == -std::numeric_limits<A>::infinity()) std::fill(p, p + padded<A>(c), A(0));
               else exp_row(p, c, keeps_raw<S, A>(state, c) ? A(scale) : A(1), row_lse);
             }

@@ -100,8 +100,8 @@ struct True : Base<0, true> {
 };
 
 // Two children: each_captured visits both.
-template <unsigned kExtra, bool kIsBool, class A, class B>
-struct Pair : Base<A::uses | B::uses | kExtra, kIsBool> {
+template <bool kIsBool, class A, class B>
+struct Pair : Base<A::uses | B::uses, kIsBool> {
   A a;
   B b;
   Pair(A x, B y) : a(x), b(y) {}
@@ -114,8 +114,8 @@ struct Pair : Base<A::uses | B::uses | kExtra, kIsBool> {
 
 enum class Arith { Add, Sub, Mul, Div, Min, Max };
 template <Arith kOp, class A, class B>
-struct Binary : Pair<0, false, A, B> {
-  using Pair<0, false, A, B>::Pair;
+struct Binary : Pair<false, A, B> {
+  using Pair<false, A, B>::Pair;
   template <class D, class Acc>
   HWY_INLINE hn::Vec<D> value(D d, const Point<D>& p, Env<Acc>& e) const {
     const auto x = this->a.value(d, p, e), y = this->b.value(d, p, e);
@@ -194,8 +194,8 @@ struct Unary : Base<A::uses> {
 
 enum class Compare { Lt, Le, Gt, Ge, Eq, Ne };
 template <Compare kOp, class A, class B>
-struct Comparison : Pair<0, true, A, B> {
-  using Pair<0, true, A, B>::Pair;
+struct Comparison : Pair<true, A, B> {
+  using Pair<true, A, B>::Pair;
   template <class D, class Acc>
   HWY_INLINE hn::Mask<D> value(D d, const Point<D>& p, Env<Acc>& e) const {
     const auto x = this->a.value(d, p, e), y = this->b.value(d, p, e);
@@ -210,8 +210,8 @@ struct Comparison : Pair<0, true, A, B> {
 
 enum class Logic { And, Or };
 template <Logic kOp, class A, class B>
-struct Logical : Pair<0, true, A, B> {
-  using Pair<0, true, A, B>::Pair;
+struct Logical : Pair<true, A, B> {
+  using Pair<true, A, B>::Pair;
   template <class D, class Acc>
   HWY_INLINE hn::Mask<D> value(D d, const Point<D>& p, Env<Acc>& e) const {
     if constexpr (kOp == Logic::And) return hn::And(this->a.value(d, p, e), this->b.value(d, p, e));

@@ -55,7 +55,7 @@ class MultiheadAttentionImpl : public Module {
                                                    const Tensor<float>& value, const Tensor<bool>& key_padding_mask = {},
                                                    bool need_weights = true, const Tensor<float>& attn_mask = {},
                                                    bool average_attn_weights = true, bool is_causal = false) {
-    return attend(query, key, value, key_padding_mask, need_weights, additive(attn_mask), average_attn_weights, is_causal);
+    return attend(query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal);
   }
   // attn_mask as bools: true where attention is not allowed.
   std::tuple<Tensor<float>, Tensor<float>> forward(const Tensor<float>& query, const Tensor<float>& key,
@@ -91,7 +91,6 @@ class MultiheadAttentionImpl : public Module {
     const double bound = std::sqrt(6.0 / double(shape[0] + shape[1]));
     return uniform_(empty<float>(shape), -bound, bound);
   }
-  static Tensor<float> additive(const Tensor<float>& m) { return m; }
   // PyTorch's module masks say where attention is blocked: an additive -inf there.
   static Tensor<float> blocked(const Tensor<bool>& m) {
     if (!m.defined()) return {};
