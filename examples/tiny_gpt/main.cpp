@@ -21,13 +21,6 @@
 
 namespace tiny_gpt {
 
-namespace F = kiln::nn::functional;
-
-double batch_loss(GPT& model, const Batch& b) {
-  const Tensor<float> logits = model(b.x);
-  const int64_t n = b.x.numel();
-  return F::cross_entropy(logits.view({n, logits.size(2)}), b.y.view({n})).item();
-}
 
 // The mean loss over the same `batches` validation windows at every evaluation (a fixed generator).
 double validation_loss(GPT& model, const Corpus& corpus, const Args& a) {
@@ -35,7 +28,10 @@ double validation_loss(GPT& model, const Corpus& corpus, const Args& a) {
   model->eval();
   Generator gen(12345);
   double total = 0;
-  for (int64_t i = 0; i < a.eval_batches; ++i) total += batch_loss(model, sample_batch(corpus.val, a.batch_size, a.block, gen));
+  for (int64_t i = 0; i < a.eval_batches; ++i) {
+    const Batch b = sample_batch(corpus.val, a.batch_size, a.block, gen);
+    total += next_token_loss(model, b.x, b.y).item();
+  }
   model->train();
   return total / double(a.eval_batches);
 }
@@ -136,14 +132,12 @@ int run(const Args& a) {
   for (int64_t step = start + 1; step <= a.steps; ++step) {
     const Batch b = sample_batch(corpus.train, a.batch_size, a.block, batches);
     opt.zero_grad();
-    const Tensor<float> logits = model(b.x);
-    const int64_t n = b.x.numel();
-    Tensor<float> loss = F::cross_entropy(logits.view({n, int64_t(corpus.vocab.size())}), b.y.view({n}));
+    Tensor<float> loss = next_token_loss(model, b.x, b.y);
     loss.backward();
     optim::clip_grad_norm_(model->parameters(), a.clip);
     opt.step();
     schedule.step();
-    tokens += n;
+    tokens += b.x.numel();
     bar.update(step, loss.item(), opt.param_groups()[0].options.lr(), tokens);
     if (step % a.eval_every == 0 || step == a.steps) {
       bar.end_line();

@@ -83,4 +83,11 @@ class GPTImpl : public nn::Module {
 using nn::ModuleHolder;
 KILN_MODULE(GPT);
 
+// The mean cross-entropy of predicting each next token: inputs x [B, T], targets y [B, T] (x shifted by one).
+inline Tensor<float> next_token_loss(GPT& model, const Tensor<int64_t>& x, const Tensor<int64_t>& y) {
+  const Tensor<float> logits = model(x);
+  const int64_t n = x.numel();
+  return nn::functional::cross_entropy(logits.view({n, logits.size(2)}), y.view({n}));
+}
+
 }  // namespace tiny_gpt

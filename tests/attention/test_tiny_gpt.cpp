@@ -22,11 +22,7 @@ TEST_CASE("tiny_gpt: a small GPT learns a repeated sentence and greedy sampling 
   GPT model(Config{int64_t(corpus.vocab.size()), 32, 2, 2, 32, 0.0});
   optim::AdamW opt(model->parameters(), optim::AdamWOptions(3e-3).weight_decay(0.0));
   Generator gen(2);
-  auto loss_of = [&](const Batch& b) {
-    const Tensor<float> logits = model(b.x);
-    const int64_t n = b.x.numel();
-    return nn::functional::cross_entropy(logits.view({n, logits.size(2)}), b.y.view({n}));
-  };
+  auto loss_of = [&](const Batch& b) { return next_token_loss(model, b.x, b.y); };
   const double first = loss_of(sample_batch(corpus.val, 16, 32, gen)).item();
   CHECK(first == doctest::Approx(std::log(28.0)).epsilon(0.15));
   for (int step = 0; step < 150; ++step) {
