@@ -1,7 +1,7 @@
 // Compile-time budget, autograd: a chain of KILN_CHAIN_DEPTH elementwise ops (four kinds of node, as
 // chain40.cpp), materialized with a leaf that requires grad, then backpropagated: the forward
-// kernel and the fused backward derived from it (docs/performance.md). Built at depths 10, 20 and
-// 40 by scripts/compile_growth.py, which checks that the time grows linearly with the depth.
+// kernel and the fused backward derived from it (docs/performance.md). Built at depths 10, 40 and
+// 70 by scripts/compile_growth.py, which checks that the time grows linearly with the depth.
 #include <cstdio>
 
 #include "chain.hpp"
