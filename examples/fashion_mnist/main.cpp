@@ -50,8 +50,12 @@ int64_t correct(const Tensor<float>& logits, const Tensor<int64_t>& labels) {
   return sum(argmax(logits, 1) == labels).item();
 }
 
-double evaluate(nn::Sequential& net, const Split& test) {
+// Autocast for --amp (a guard that changes nothing without it).
+AutocastGuard amp_scope(const Args& args) { return AutocastGuard(kCPU, args.amp == "fp16" ? kHalf : kBFloat16, !args.amp.empty()); }
+
+double evaluate(nn::Sequential& net, const Split& test, const Args& args) {
   NoGradGuard no_grad;
+  const AutocastGuard amp = amp_scope(args);
   net->eval();
   int64_t right = 0;
   constexpr int64_t kBatch = 1000;
@@ -121,6 +125,8 @@ int run(const Args& args) {
   const int64_t batches = args.limit_batches > 0 ? std::min(args.limit_batches, loader.size()) : loader.size();
   const int64_t total_steps = batches * args.epochs;
   optim::Adam opt(net->parameters(), optim::AdamOptions(args.lr));
+  // float16 gradients underflow without loss scaling; bfloat16 has float's range and needs none (as in PyTorch).
+  GradScaler scaler(GradScalerOptions{.enabled = args.amp == "fp16"});
   std::unique_ptr<optim::LRScheduler> schedule;
   if (args.schedule == "onecycle") schedule = std::make_unique<optim::OneCycleLR>(opt, args.lr, total_steps, 0.25);
 
@@ -137,6 +143,7 @@ int run(const Args& args) {
     net->load_state_dict(ckpt.section<float>("model"));
     opt.load_state_dict(ckpt.section("optimizer"));
     if (schedule) schedule->load_state_dict(ckpt.section("scheduler"));
+    if (scaler.is_enabled()) scaler.load_state_dict(ckpt.section("scaler"));
     ckpt.restore("generator", default_generator());
     start_epoch = int(ckpt.scalar<int64_t>("epoch"));
     auto values = [&](const char* name) {
@@ -159,10 +166,15 @@ int run(const Args& args) {
     const int64_t log_every = std::max<int64_t>(1, batches / 20);
     for (auto& batch : loader) {
       opt.zero_grad();
-      const Tensor<float> logits = replicas.forward(batch.data);
-      Tensor<float> loss = F::cross_entropy(logits, batch.target);
-      loss.backward();
-      opt.step();
+      Tensor<float> logits, loss;
+      {
+        const AutocastGuard amp = amp_scope(args);
+        logits = replicas.forward(batch.data);
+        loss = F::cross_entropy(logits, batch.target);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
       if (schedule) schedule->step();
       const double l = loss.item();
       loss_sum += l * double(batch.target.numel());
@@ -182,7 +194,7 @@ int run(const Args& args) {
     std::vector<double> totals{loss_sum, double(right), double(seen)};  // over all ranks
     replicas.sum(totals);
     loss_sum = totals[0], right = int64_t(totals[1]), seen = int64_t(totals[2]);
-    const double accuracy = evaluate(net, test);
+    const double accuracy = evaluate(net, test, args);
     curves.accuracy.push_back(accuracy);
     if (!replicas.main()) continue;  // rank 0 reports and writes
     std::printf("epoch %d/%d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.1f s (%.0f img/s)\n",
@@ -192,6 +204,7 @@ int run(const Args& args) {
     io::Checkpoint ckpt;
     ckpt.put("model", net->state_dict()).put("optimizer", opt.state_dict()).put("generator", default_generator());
     if (schedule) ckpt.put("scheduler", schedule->state_dict());
+    if (scaler.is_enabled()) ckpt.put("scaler", scaler.state_dict());
     ckpt.put("epoch", full<int64_t>({}, epoch + 1))
         .put("config.total_steps", full<int64_t>({}, total_steps))
         .put("config.batch_size", full<int64_t>({}, args.batch_size))

@@ -7,6 +7,9 @@
 
 #include "flex_reference.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_attention_flex_backward {
+
 using namespace kiln;
 using namespace kiln_test;
 namespace at = kiln::attention;
@@ -145,3 +148,5 @@ TEST_CASE("flex_attention backward: a frozen k and v get no gradient, q's is the
   CHECK(!only_q[1].grad().defined());
   CHECK(!only_q[2].grad().defined());
 }
+
+}  // namespace test_attention_flex_backward

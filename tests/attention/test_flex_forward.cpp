@@ -7,6 +7,9 @@
 
 #include "flex_reference.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_attention_flex_forward {
+
 using namespace kiln;
 using namespace kiln_test;
 namespace at = kiln::attention;
@@ -225,3 +228,5 @@ TEST_CASE("flex_attention: bad input is refused with the op and the shapes") {
   CHECK_THROWS_AS(at::create_block_mask(at::causal(), 0, 1, 4, 4), std::invalid_argument);
   CHECK_THROWS_AS(at::sliding_window(0), std::invalid_argument);
 }
+
+}  // namespace test_attention_flex_forward

@@ -8,6 +8,9 @@
 
 #include "flex_reference.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_attention_multihead {
+
 using namespace kiln;
 using namespace kiln_test;
 namespace F = kiln::nn::functional;
@@ -137,3 +140,5 @@ TEST_CASE("scaled_dot_product_attention: dropout keeps the expectation and zeroe
   for (double x : out) m += x / double(out.size());
   CHECK(m == doctest::Approx(1.0).epsilon(0.02));
 }
+
+}  // namespace test_attention_multihead

@@ -10,6 +10,9 @@
 #include "../../examples/tiny_gpt/sample.hpp"
 #include "kiln/optim.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_attention_tiny_gpt {
+
 using namespace tiny_gpt;
 
 TEST_CASE("tiny_gpt: a small GPT learns a repeated sentence and greedy sampling continues it") {
@@ -54,3 +57,5 @@ TEST_CASE("tiny_gpt: a small GPT learns a repeated sentence and greedy sampling 
   const Tensor<int64_t> x = tensor(corpus.encode("over the lazy")).view({1, 13});
   CHECK(max(abs(model(x) - copy(x))).item() == 0.0f);
 }
+
+}  // namespace test_attention_tiny_gpt

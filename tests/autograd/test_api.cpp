@@ -6,6 +6,9 @@
 #include "kiln/tensor/random.hpp"
 #include "kiln/tensor/reduce.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_autograd_api {
+
 using namespace kiln;
 
 namespace {
@@ -248,3 +251,5 @@ TEST_CASE("InferenceMode: no graph, inference tensors without version counting, 
   sum(copy * w).backward();
   CHECK(w.grad()[2].item() == doctest::Approx(y[2].item()));
 }
+
+}  // namespace test_autograd_api

@@ -7,6 +7,9 @@
 #include "kiln/autograd/gradcheck.hpp"
 #include "kiln/tensor/random.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_autograd_fused {
+
 using namespace kiln;
 using namespace kiln::test;
 
@@ -177,3 +180,5 @@ TEST_CASE("gradients flow through dtype conversions") {
   y.backward(ones<float>({3}));
   CHECK(x.grad().to_vector() == std::vector<double>{6, 6, 6});
 }
+
+}  // namespace test_autograd_fused

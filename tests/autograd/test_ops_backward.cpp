@@ -11,6 +11,9 @@
 #include "kiln/tensor/softmax.hpp"
 #include "gradcheck_inputs.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_autograd_ops_backward {
+
 using namespace kiln;
 using kiln::testing::Inputs;
 using kiln::testing::sample;
@@ -185,3 +188,5 @@ TEST_CASE("every view passes gradcheck, on contiguous and transposed bases") {
   check_view("index", [](const Tensor<double>& a) { return a.index({Slice(), 1, Slice(0, 4, 3)}); });
   check_view("t of a select", [](const Tensor<double>& a) { return a.select(0, 1).t(); });
 }
+
+}  // namespace test_autograd_ops_backward

@@ -11,6 +11,9 @@
 
 #include "kiln/core/dtype.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_core_float16 {
+
 using kiln::float16;
 
 namespace {
@@ -128,3 +131,5 @@ TEST_CASE("float -> float16 over a million float bit patterns matches a nearest-
   CAPTURE(first);
   CHECK(mismatches == 0);
 }
+
+}  // namespace test_core_float16

@@ -17,6 +17,9 @@
 #include <omp.h>
 #endif
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_core_generator {
+
 using kiln::Generator;
 using kiln::philox::Counter;
 using kiln::philox::Key;
@@ -472,3 +475,5 @@ TEST_CASE("fill: invalid arguments throw and do not advance the generator") {
   kiln::fill_uniform(g, f.data(), 0, 0.0, 1.0); // n = 0 reserves nothing
   CHECK(g.offset() == 0);
 }
+
+}  // namespace test_core_generator

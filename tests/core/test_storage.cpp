@@ -3,6 +3,9 @@
 
 #include "kiln/tensor/factory.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_core_storage {
+
 using namespace kiln;
 
 TEST_CASE("size classes are 2^k and 1.5 * 2^k, never smaller than the request") {
@@ -76,3 +79,5 @@ TEST_CASE("metadata errors name the op and the sizes") {
   CHECK_THROWS_AS(t.item(), std::invalid_argument);
   CHECK_THROWS_AS(Tensor<float>().numel(), std::logic_error);
 }
+
+}  // namespace test_core_storage

@@ -15,6 +15,9 @@
 #include <omp.h>
 #endif
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_cpu_gemm {
+
 namespace {
 
 using kiln::cpu::gemm;
@@ -372,3 +375,5 @@ TEST_CASE("gemm: one product split across threads, by columns and by rows, uneve
     CHECK_MESSAGE(r.empty(), r);
   });
 }
+
+}  // namespace test_cpu_gemm

@@ -17,6 +17,9 @@
 #include "kiln/data.hpp"
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_data_dataloader {
+
 using namespace kiln;
 using namespace kiln::data;
 
@@ -325,3 +328,5 @@ TEST_CASE("Subset and random_split: sizes, disjoint cover, determinism, fraction
   DataLoader loader(parts[1], {.batch_size = 3, .num_workers = 2});
   CHECK(targets_of(one_epoch(loader)) == parts[1].indices());
 }
+
+}  // namespace test_data_dataloader

@@ -12,6 +12,9 @@
 #include "kiln/data.hpp"
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_data_distributed_sampler {
+
 using namespace kiln;
 using namespace kiln::data;
 
@@ -110,3 +113,5 @@ TEST_CASE("DataLoader with a DistributedSampler: each rank's batches, sizes, epo
   CHECK_THROWS_WITH_AS(DistributedSampler(2, 2), "DistributedSampler: rank 2 is not in [0, 2)", std::invalid_argument);
   CHECK_THROWS_AS(DistributedSampler(0, 0), std::invalid_argument);
 }
+
+}  // namespace test_data_distributed_sampler

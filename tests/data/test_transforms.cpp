@@ -10,6 +10,9 @@
 #include "kiln/data.hpp"
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_data_transforms {
+
 using namespace kiln;
 using namespace kiln::data::transforms;
 
@@ -165,3 +168,5 @@ TEST_CASE("Compose: the transforms in order, drawing from one generator") {
 
   CHECK_THROWS_WITH_AS(Compose({crop, Transform()}), "Compose: a transform is empty", std::invalid_argument);
 }
+
+}  // namespace test_data_transforms

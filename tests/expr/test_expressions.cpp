@@ -6,6 +6,9 @@
 
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_expr_expressions {
+
 using namespace kiln;
 
 namespace {
@@ -223,3 +226,5 @@ TEST_CASE("a user's op struct fuses through kiln::map like a built-in op") {
   }
   CHECK(SquarePlusOne::grad(3.0, 10.0, 1.0) == 6.0);
 }
+
+}  // namespace test_expr_expressions

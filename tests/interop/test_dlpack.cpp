@@ -6,6 +6,9 @@
 #include "kiln/dlpack.hpp"
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_interop_dlpack {
+
 using namespace kiln;
 
 namespace {
@@ -110,3 +113,5 @@ TEST_CASE("from_dlpack refuses what kiln cannot view, and leaves ownership with 
   future.version = {2, 0};
   CHECK_THROWS_WITH_AS(from_dlpack(&future), doctest::Contains("ABI version 2.0"), std::invalid_argument);
 }
+
+}  // namespace test_interop_dlpack

@@ -5,6 +5,9 @@
 #include "kiln/eigen.hpp"
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_interop_eigen {
+
 using namespace kiln;
 
 TEST_CASE("as_eigen: a map of a tensor, its transposed view and a column, sharing memory") {
@@ -70,3 +73,5 @@ TEST_CASE("an Eigen view is an expression leaf, also under autograd, and is neve
   a(0, 0) = 2.0;  // still owned by Eigen after every kiln view is gone (ASan would see a double free)
   CHECK(a(0, 0) == 2.0);
 }
+
+}  // namespace test_interop_eigen

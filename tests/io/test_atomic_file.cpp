@@ -10,6 +10,9 @@
 
 #include "io_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_io_atomic_file {
+
 using namespace kiln;
 using kiln::test::bytes_of;
 
@@ -87,3 +90,5 @@ TEST_CASE("write_file_atomic: concurrent readers see whole versions, concurrent 
   CHECK(mixed == 0);
   CHECK(dir.names() == std::vector<std::string>{"f"});
 }
+
+}  // namespace test_io_atomic_file

@@ -10,6 +10,9 @@
 #include "kiln/nn.hpp"
 #include "kiln/optim.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_io_checkpoint {
+
 using namespace kiln;
 namespace F = kiln::nn::functional;
 
@@ -132,3 +135,5 @@ TEST_CASE("Checkpoint: sections, scalars and generators keep their values and dt
                        DTypeError);
   std::filesystem::remove(path);
 }
+
+}  // namespace test_io_checkpoint

@@ -5,6 +5,9 @@
 #include "io_test_util.hpp"
 #include "kiln/dlpack.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_io_float16_formats {
+
 using namespace kiln;
 
 namespace {
@@ -57,3 +60,5 @@ TEST_CASE("DLPack exchanges float16 as kDLFloat with 16 bits, without a copy") {
   CHECK(back.as<float16>().data_ptr() == h.data_ptr());
   CHECK(bits_of(back) == kBits);
 }
+
+}  // namespace test_io_float16_formats

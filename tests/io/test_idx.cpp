@@ -9,6 +9,9 @@
 
 #include "io_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_io_idx {
+
 using namespace kiln;
 using kiln::test::concat;
 
@@ -152,3 +155,5 @@ TEST_CASE("idx: images and labels helpers check what they get") {
   CHECK_THROWS_WITH_AS(io::read_idx_labels(dir / "bad.gz"), ((dir / "bad.gz").string() + ": the gzip data is truncated").c_str(),
                        io::FormatError);
 }
+
+}  // namespace test_io_idx

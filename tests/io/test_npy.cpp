@@ -7,6 +7,9 @@
 
 #include "io_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_io_npy {
+
 using namespace kiln;
 using kiln::test::bytes_of;
 using kiln::test::concat;
@@ -173,3 +176,5 @@ TEST_CASE("npy: each malformed file gets its own error") {
                        ((dir / "none.npy").string() + ": cannot open: No such file or directory").c_str(),
                        std::runtime_error);
 }
+
+}  // namespace test_io_npy

@@ -8,6 +8,9 @@
 #include "io_test_util.hpp"
 #include "kiln/io/npz.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_io_npz {
+
 using namespace kiln;
 
 namespace {
@@ -141,3 +144,5 @@ TEST_CASE("npz: files for Python to check (KILN_INTEROP_DIR)") {
   io::save_npz(std::filesystem::path(dir) / "kiln_compressed.npz", npz_arrays(), true);
   MESSAGE("wrote kiln.npz and kiln_compressed.npz into ", dir);
 }
+
+}  // namespace test_io_npz

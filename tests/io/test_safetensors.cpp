@@ -9,6 +9,9 @@
 
 #include "io_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_io_safetensors {
+
 using namespace kiln;
 using kiln::test::bytes_of;
 using kiln::test::concat;
@@ -253,3 +256,5 @@ TEST_CASE("safetensors: a view of a tensor that requires grad is saved by value"
   CHECK(file.tensors.at("w").as<float>()[2][1].item() == 5.0f);
   CHECK_FALSE(file.tensors.at("w").as<float>().requires_grad());
 }
+
+}  // namespace test_io_safetensors

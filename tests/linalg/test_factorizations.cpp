@@ -5,6 +5,9 @@
 
 #include "linalg_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_linalg_factorizations {
+
 using namespace kiln;
 using namespace kiln::test::la;
 using kiln::test::values_of;
@@ -191,3 +194,5 @@ TEST_CASE("decompositions without a gradient refuse inputs that require one") {
   NoGradGuard no_grad;
   CHECK(linalg::svdvals(a).shape() == Shape{3});
 }
+
+}  // namespace test_linalg_factorizations

@@ -5,6 +5,9 @@
 
 #include "linalg_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_linalg_lstsq_norm {
+
 using namespace kiln;
 using namespace kiln::test::la;
 using kiln::test::values_of;
@@ -122,3 +125,5 @@ TEST_CASE("gradients of the reduction-based norms agree with finite differences;
   y.requires_grad_();
   CHECK_THROWS_AS(linalg::matrix_norm(y, "nuc"), std::logic_error);
 }
+
+}  // namespace test_linalg_lstsq_norm

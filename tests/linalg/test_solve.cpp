@@ -5,6 +5,9 @@
 
 #include "linalg_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_linalg_solve {
+
 using namespace kiln;
 using namespace kiln::test::la;
 using kiln::test::values_of;
@@ -146,3 +149,5 @@ TEST_CASE("gradients of solve, inv, det and slogdet agree with finite difference
   linalg::det(a2).backward();
   CHECK(max_diff(matrix(a2.grad()), Mat{2, 2, {4, -2, -2, 1}}) < 1e-12);
 }
+
+}  // namespace test_linalg_solve

@@ -7,6 +7,9 @@
 #include "kiln/tensor/random.hpp"
 #include "../autograd/gradcheck_inputs.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_nn_conv {
+
 using namespace kiln;
 using kiln::testing::Inputs;
 using kiln::testing::sample;
@@ -113,3 +116,5 @@ TEST_CASE("Conv2d module: shapes, initialization bound, errors") {
   // A kernel larger than the padded input, with a stride: no output position (not one, by rounding toward 0).
   CHECK_THROWS_AS(F::conv2d(randn<float>({1, 1, 2, 2}), randn<float>({1, 1, 3, 3}), {}, {2, 2}), ShapeError);
 }
+
+}  // namespace test_nn_conv

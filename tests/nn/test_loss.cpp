@@ -8,6 +8,9 @@
 #include "kiln/nn/loss.hpp"
 #include "kiln/tensor/random.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_nn_loss {
+
 using namespace kiln;
 namespace F = kiln::nn::functional;
 using nn::Reduction;
@@ -117,3 +120,5 @@ TEST_CASE("cross_entropy and nll_loss: class indices, weights, ignore_index, lab
   INFO(r.message);
   CHECK(r.ok);
 }
+
+}  // namespace test_nn_loss

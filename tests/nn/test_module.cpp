@@ -8,6 +8,9 @@
 #include "kiln/nn.hpp"
 #include "kiln/optim.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_nn_module {
+
 using namespace kiln;
 namespace F = kiln::nn::functional;
 
@@ -159,3 +162,5 @@ TEST_CASE("a batched eval forward under InferenceMode allocates no storage after
   CHECK(y.is_inference());
   CHECK(double(amax(abs(y - reference)).item()) == 0.0);
 }
+
+}  // namespace test_nn_module

@@ -9,6 +9,9 @@
 #include "kiln/tensor/random.hpp"
 #include "../autograd/gradcheck_inputs.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_nn_normalization {
+
 using namespace kiln;
 using kiln::testing::Inputs;
 using kiln::testing::sample;
@@ -120,3 +123,5 @@ TEST_CASE("BatchNorm2d module: buffers, train/eval, num_batches_tracked; LayerNo
   CHECK(ln(randn<float>({2, 5})).shape() == Shape{2, 5});
   CHECK(gn(x).shape() == x.shape());
 }
+
+}  // namespace test_nn_normalization

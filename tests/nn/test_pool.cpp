@@ -9,6 +9,9 @@
 #include "kiln/tensor/random.hpp"
 #include "../autograd/gradcheck_inputs.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_nn_pool {
+
 using namespace kiln;
 using kiln::testing::Inputs;
 using kiln::testing::sample;
@@ -116,3 +119,5 @@ TEST_CASE("max_pool2d on bfloat16: the float result rounded, and overlapping win
   // Each gradient is a count of windows (at most 9): exact in bfloat16.
   CHECK(double(amax(abs(leaf.grad().to<float>() - lf.grad())).item()) == 0.0);
 }
+
+}  // namespace test_nn_pool

@@ -5,6 +5,9 @@
 
 #include "op_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_ops_derivatives {
+
 using namespace kiln;
 using namespace kiln::test;
 
@@ -107,3 +110,5 @@ TEST_CASE("composite ops differentiate through their parts") {
     CHECK(gelu(x) == doctest::Approx(0.5 * x * (1 + std::erf(x / std::sqrt(2.0)))));
   }
 }
+
+}  // namespace test_ops_derivatives

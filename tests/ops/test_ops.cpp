@@ -5,6 +5,9 @@
 
 #include "op_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_ops_ops {
+
 using namespace kiln;
 using namespace kiln::test;
 
@@ -202,3 +205,5 @@ TEST_CASE_TEMPLATE_DEFINE("binary op: fused result against its reference", Op, b
   }
 }
 TEST_CASE_TEMPLATE_APPLY(binary_ops, BinaryOps);
+
+}  // namespace test_ops_ops

@@ -22,6 +22,9 @@
 #include <utility>
 #include <vector>
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_ops_simd_math {
+
 namespace {
 
 namespace hn = hwy::HWY_NAMESPACE;
@@ -526,3 +529,5 @@ TEST_CASE("simd_math pow float") {
     }
   }
 }
+
+}  // namespace test_ops_simd_math

@@ -9,6 +9,9 @@
 #include "kiln/kiln.hpp"
 #include "kiln/optim.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_optim_grad_scaler {
+
 using namespace kiln;
 
 namespace {
@@ -84,3 +87,5 @@ TEST_CASE("GradScaler: unscale_ before clipping, once per iteration; state_dict;
   CHECK(off.get_scale() == 1.0);
   CHECK(std::isinf(v.to_vector()[0]));
 }
+
+}  // namespace test_optim_grad_scaler

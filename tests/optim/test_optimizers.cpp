@@ -9,6 +9,9 @@
 #include "kiln/kiln.hpp"
 #include "kiln/optim.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_optim_optimizers {
+
 using namespace kiln;
 
 namespace {
@@ -277,3 +280,5 @@ TEST_CASE("optimizer state_dict: PyTorch's names, resuming gives bitwise the uni
   // A refused state changed nothing.
   CHECK(adam.state_dict().at("state.0.exp_avg").as<float>()[0].item() == sd.at("state.0.exp_avg").as<float>()[0].item());
 }
+
+}  // namespace test_optim_optimizers

@@ -7,6 +7,9 @@
 #include "kiln/kiln.hpp"
 #include "kiln/optim.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_optim_schedulers {
+
 using namespace kiln;
 
 namespace {
@@ -112,3 +115,5 @@ TEST_CASE("scheduler state_dict: a scheduler built again and loaded continues at
                        "LRScheduler load_state_dict: \"last_epoch\" must be one int64, got float64 of shape []", DTypeError);
   CHECK_THROWS_AS(again.load_state_dict({}), std::invalid_argument);
 }
+
+}  // namespace test_optim_schedulers

@@ -19,6 +19,9 @@
 #include "../../examples/serve/server.hpp"
 #include "../io/io_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_serve_serve {
+
 using namespace serve;
 using namespace std::string_literals;  // "...\x00..."s keeps its zero bytes
 using fashion_mnist::kClassNames;
@@ -452,3 +455,5 @@ TEST_CASE("serve: stop() answers the requests in flight before listen() returns"
   running.reset();  // stop() and join the listening thread
   for (auto& a : answers) CHECK(a.get().status == 200);
 }
+
+}  // namespace test_serve_serve

@@ -7,6 +7,9 @@
 
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_any_tensor {
+
 using namespace kiln;
 
 TEST_CASE("an AnyTensor is the same tensor with a run-time dtype") {
@@ -97,3 +100,5 @@ TEST_CASE("printing, empty/zeros with a run-time dtype, conversion") {
   CHECK(c.is_contiguous());
   CHECK(c.as<float>().to_vector() == std::vector<float>{1, 3, 2, 4});
 }
+
+}  // namespace test_tensor_any_tensor

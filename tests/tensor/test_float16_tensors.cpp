@@ -6,6 +6,9 @@
 #include "kiln/tensor/linalg.hpp"
 #include "tensor_test_util.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_float16_tensors {
+
 using namespace kiln;
 
 namespace {
@@ -129,3 +132,5 @@ TEST_CASE("float16 tensors take part in autograd (gradients in float16)") {
   sum(matmul(x.detach().unsqueeze(0), w)).backward();
   CHECK(bits_of(w.grad()) == rounded({1.5, 1.5, -2.0, -2.0, 0.25, 0.25}));
 }
+
+}  // namespace test_tensor_float16_tensors

@@ -7,6 +7,9 @@
 #include "kiln/tensor/random.hpp"
 #include "kiln/tensor/reduce.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_gather {
+
 using namespace kiln;
 
 namespace {
@@ -108,3 +111,5 @@ TEST_CASE("index ops pass gradcheck; repeated indices accumulate gradients") {
   CHECK(table.grad()[0][3].item() == 1.0);
   CHECK(table.grad()[2][2].item() == 1.0);
 }
+
+}  // namespace test_tensor_gather

@@ -3,6 +3,9 @@
 
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_indexing {
+
 using namespace kiln;
 using namespace kiln::indexing;
 
@@ -98,3 +101,5 @@ TEST_CASE("bad indices throw, naming the dim and the size") {
   CHECK_THROWS_AS(index(t, {Slice(None, None, -1)}), std::invalid_argument);
   CHECK_THROWS_AS(index(t, {".."}), std::invalid_argument);
 }
+
+}  // namespace test_tensor_indexing

@@ -3,6 +3,9 @@
 
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_join {
+
 using namespace kiln;
 
 namespace {
@@ -86,3 +89,5 @@ TEST_CASE("stack inserts a new dim") {
                        ShapeError);
   CHECK_THROWS_AS(stack({a, b}, 3), std::out_of_range);
 }
+
+}  // namespace test_tensor_join

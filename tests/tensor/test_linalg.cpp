@@ -11,6 +11,9 @@
 #include "kiln/kiln.hpp"
 #include "kiln/tensor/linalg.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_linalg {
+
 using namespace kiln;
 
 namespace {
@@ -190,3 +193,5 @@ TEST_CASE("matmul errors name the op and both shapes") {
   CHECK_THROWS_AS(dot(empty<float>({3}), empty<float>({2, 3})), ShapeError);
   CHECK_THROWS_AS(matmul(a, b), std::invalid_argument);
 }
+
+}  // namespace test_tensor_linalg

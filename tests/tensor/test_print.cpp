@@ -6,6 +6,9 @@
 
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_print {
+
 using namespace kiln;
 
 namespace {
@@ -106,3 +109,5 @@ TEST_CASE("over 1000 elements, each long dim shows 3 entries at each end") {
   CHECK(str(zeros<int32_t>({2, 600})) ==
         "tensor([[0, 0, 0,  ..., 0, 0, 0],\n        [0, 0, 0,  ..., 0, 0, 0]], dtype=int32)");
 }
+
+}  // namespace test_tensor_print

@@ -8,6 +8,9 @@
 
 #include "kiln/kiln.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_random {
+
 using namespace kiln;
 
 namespace {
@@ -217,3 +220,5 @@ TEST_CASE("multinomial: frequencies follow the weights; without replacement ever
   CHECK_THROWS_AS(multinomial(tensor<float>({0, 0}), 1, true, &g), std::invalid_argument);
   CHECK_THROWS_AS(multinomial(tensor<float>({1, 1}), 3, false, &g), std::invalid_argument);
 }
+
+}  // namespace test_tensor_random

@@ -18,6 +18,9 @@
 #include "tensor_test_util.hpp"
 #include "kiln/tensor/reduce.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_reduce {
+
 using namespace kiln;
 using kiln::test::normal_tensor;
 using kiln::test::values_of;
@@ -686,3 +689,5 @@ TEST_CASE("topk matches std::partial_sort along any dim, largest and smallest") 
   auto [ev, ei] = kiln::topk(tensor<float>({1, 2}) * 3.0f, 0);
   CHECK(ev.numel() == 0);
 }
+
+}  // namespace test_tensor_reduce

@@ -12,6 +12,9 @@
 #include "tensor_test_util.hpp"
 #include "kiln/tensor/softmax.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_softmax {
+
 using namespace kiln;
 using kiln::test::normal_tensor;
 using kiln::test::values_of;
@@ -145,3 +148,5 @@ TEST_CASE("softmax: bad dim names the op") {
   CHECK_THROWS_AS(log_softmax(x, -3), std::out_of_range);
   CHECK(softmax(tensor<float>({5})[0], 0).item() == 1);  // 0-dim: dim 0 allowed, as PyTorch
 }
+
+}  // namespace test_tensor_softmax

@@ -4,6 +4,9 @@
 #include "kiln/tensor/factory.hpp"
 #include "kiln/tensor/reduce.hpp"
 
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_tensor_views {
+
 using namespace kiln;
 
 namespace {
@@ -121,3 +124,5 @@ TEST_CASE("empty tensors: contiguous whatever their strides, and huge other dims
   CHECK(sum(c).item() == 0.0f);
   CHECK_THROWS_AS(empty<float>({huge, huge, 2}), OutOfMemoryError);
 }
+
+}  // namespace test_tensor_views

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/attention/flex_cpu.hpp"
+#include "kiln/core/autocast.hpp"
 #include "kiln/autograd/engine.hpp"
 
 namespace kiln::attention {
@@ -157,6 +158,16 @@ template <Dtype T, class F, class M>
 AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, const Tensor<T>& value,
                                   const F& score_mod_fn, const BlockMask<M>& bm, const FlexOptions& o) {
   static_assert(is_floating_v<T>, "flex_attention: q, k and v must be floating point");
+  if constexpr (std::is_same_v<T, float>) {
+    if (autocast::is_enabled(kCPU))  // q, k, v in the autocast type; the lse is float either way (core/autocast.hpp)
+      return autocast::with_cpu_dtype([&](auto h) {
+        using H = decltype(h);
+        auto low_precision = [](const Tensor<float>& t) { return Tensor<H>(t.template to<H>()); };
+        const AttentionOutput<H> low = detail::flex_attention(low_precision(query), low_precision(key),
+                                                              low_precision(value), score_mod_fn, bm, o);
+        return AttentionOutput<float>{Tensor<float>(low.output.template to<float>()), low.lse};
+      });
+  }
   using A = lse_t<T>;
   auto score_mod = as_score_mod(score_mod_fn);
   static_assert(!decltype(score_mod)::is_bool, "flex_attention: score_mod must give a number (a mask goes in the block mask)");

@@ -7,6 +7,7 @@
 
 #include "kiln/autograd/grad_mode.hpp"
 #include "kiln/autograd/grad_ops.hpp"
+#include "kiln/core/autocast.hpp"
 
 namespace kiln::autograd {
 
@@ -83,6 +84,9 @@ struct BackwardOptions {
 };
 
 inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options) {
+  // Each node's backward runs in the precision its forward op used, also when backward() is called inside an
+  // autocast region (core/autocast.hpp).
+  const AutocastGuard no_autocast(kCPU, false);
   // One entry per reachable node: the edges still to arrive, the gradients that did, a handle that
   // keeps the node alive while queued, and whether it ran.
   struct Task {

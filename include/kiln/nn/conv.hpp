@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 
+#include "kiln/core/autocast.hpp"
 #include "kiln/cpu/parallel.hpp"
 #include "kiln/nn/module.hpp"
 #include "kiln/nn/winograd.hpp"
@@ -90,11 +91,13 @@ struct Im2ColBackward : autograd::Node {
   std::string name() const override { return "Im2ColBackward"; }
   autograd::GradList apply(autograd::GradList&& grads) override {
     if (!grads.at(0)) return {nullptr};
-    const Tensor<T> gc = Tensor<T>(grads[0]).contiguous();
-    Tensor<T> gx = zeros<T>(shape_);
-    functional::detail::im2col_loop<true>(gx.data_ptr(), const_cast<T*>(gc.data_ptr()), shape_[0], shape_[1], shape_[2],
+    // A 16-bit gradient is summed in float (up to kh * kw columns meet at a pixel) and rounded once.
+    using C = compute_t<T>;
+    const Tensor<C> gc = Tensor<T>(grads[0]).template to<C>().contiguous();
+    Tensor<C> gx = zeros<C>(shape_);
+    functional::detail::im2col_loop<true>(gx.data_ptr(), const_cast<C*>(gc.data_ptr()), shape_[0], shape_[1], shape_[2],
                                           shape_[3], ho_, wo_, g_);
-    return {gx.impl_ptr()};
+    return {gx.template to<T>().impl_ptr()};
   }
 
  private:
@@ -139,11 +142,14 @@ Tensor<T> conv2d_im2col(const Tensor<T>& x, const Tensor<T>& weight, const Conv2
 // forward + backward at 28x28 and 14x14, batch 32, one thread (im2col time / Winograd time): 3->6 0.9,
 // 4->8 1.2, 4->16 0.93-1.0, 8->16 1.4, 8->32 1.05-1.2, 8->64 0.82-1.06, 1->64 0.23-0.5, 16->4 1.8-2.2,
 // 64->128 1.6-1.7; every other pair with at least 8 input channels and at most 4x as many output: 1.2-2.2.
+template <class T>
+inline constexpr bool winograd_dtype = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
 template <Dtype T>
 bool winograd_applies(const Conv2dGeometry& g, int64_t groups, int64_t cin, int64_t cout) {
   const bool geometry = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && groups == 1;
   const bool pays = cin >= 4 && cout <= (cin >= 8 ? 4 : 2) * cin;
-  return (std::is_same_v<T, float> || std::is_same_v<T, double>) && geometry && pays;
+  return winograd_dtype<T> && geometry && pays;
 }
 }  // namespace detail
 
@@ -152,6 +158,16 @@ template <Dtype T>
 Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias = {},
                  std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
                  std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (autocast::is_enabled(kCPU))  // in the autocast type, as PyTorch: input, weight and bias (core/autocast.hpp)
+      return autocast::with_cpu_dtype([&](auto h) {
+        using H = decltype(h);
+        const Tensor<H> b = bias.defined() ? Tensor<H>(bias.template to<H>()) : Tensor<H>();
+        const Tensor<H> y = conv2d(Tensor<H>(x.template to<H>()), Tensor<H>(weight.template to<H>()), b, stride,
+                                   padding, dilation, groups);
+        return Tensor<float>(y.template to<float>());
+      });
+  }
   check<ShapeError>(x.dim() == 4 && weight.dim() == 4, "conv2d: expected a 4-d input and weight, got ", x.shape(),
                     " and ", weight.shape());
   const int64_t cin = x.size(1), cout = weight.size(0);
@@ -163,8 +179,11 @@ Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
                                "conv2d: stride and dilation must be positive and padding non-negative");
   const Conv2dGeometry g{weight.size(2), weight.size(3), stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1]};
   g.output_hw(x.shape());
-  Tensor<T> out = detail::winograd_applies<T>(g, groups, cin, cout) ? detail::winograd::conv2d(x, weight, g.ph, g.pw)
-                                                                     : detail::conv2d_im2col(x, weight, g, groups);
+  Tensor<T> out = [&] {
+    if constexpr (detail::winograd_dtype<T>)
+      if (detail::winograd_applies<T>(g, groups, cin, cout)) return detail::winograd::conv2d(x, weight, g.ph, g.pw);
+    return detail::conv2d_im2col(x, weight, g, groups);
+  }();
   if (bias.defined()) {
     check<ShapeError>(bias.shape() == Shape{cout}, "conv2d: bias of shape ", bias.shape(), " for ", cout, " channels");
     out = Tensor<T>(out + bias.view({1, cout, 1, 1}));

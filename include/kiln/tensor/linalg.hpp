@@ -4,6 +4,7 @@
 // strides, so transposed and other views with a unit stride in one of the two matrix dims reach
 // Eigen without a copy. An expression operand is materialized first. Kept out of the elementwise
 // headers: Eigen's product is the most expensive thing kiln compiles.
+#include "kiln/core/autocast.hpp"
 #include "kiln/cpu/gemm.hpp"
 #include "kiln/tensor/factory.hpp"  // empty (MatmulBackward)
 #include "kiln/tensor/tensor.hpp"
@@ -16,7 +17,7 @@ namespace detail {
 template <class T>
 constexpr void require_gemm_dtype() {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
-                    std::is_same_v<T, int64_t>,
+                    std::is_same_v<T, int64_t> || is_half_v<T>,
                 "kiln: matmul, mm, bmm, mv and dot take float, double, int32, int64, bfloat16 or float16 tensors; "
                 "convert with .to<T>()");
 }
@@ -32,9 +33,9 @@ auto matmul_operand(const X& x) {
 }
 
 // c[batch..., M, N] = a[..., M, K] * b[..., K, N], where a's and b's batch dims broadcast to c's
-// (c is contiguous and freshly allocated).
+// (c is contiguous and freshly allocated), for the dtypes Eigen's GEMM takes.
 template <class T>
-void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) {
+void batched_gemm(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) {
   const int rank = c.dim();
   const int nb = rank - 2;
   const int64_t M = c.size(-2), N = c.size(-1), K = a.size(-1);
@@ -93,6 +94,21 @@ void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) 
   }
 }
 
+// batched_gemm for every dtype matmul takes. bfloat16 and float16 products are computed in float: Eigen 3.4 has
+// no 16-bit GEMM, so the operands widen, the product accumulates in float and rounds once into c (16-bit storage
+// saves memory here, not time).
+template <class T>
+void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) {
+  if constexpr (is_half_v<T>) {
+    NoGradGuard no_grad;
+    const Tensor<float> wide(TensorImpl::allocate(c.shape(), ScalarType::Float, "matmul"));
+    batched_gemm(Tensor<float>(a.template to<float>()), Tensor<float>(b.template to<float>()), wide);
+    Tensor<T>(c).copy_(wide.template to<T>());  // through another handle to c's memory
+  } else {
+    batched_gemm(a, b, c);
+  }
+}
+
 }  // namespace detail
 
 namespace autograd {
@@ -133,14 +149,16 @@ struct MatmulBackward : Node {
   static ImplPtr product_summed_to(const Tensor<T>& x, const Tensor<T>& y, const Shape& target) {
     const int64_t m = x.size(-2), n = y.size(-1), k = x.size(-1);
     const bool flat_target = numel_of(target) == m * n && target.size() >= 2 && target[target.size() - 2] == m;
-    if (x.dim() >= 3 && x.dim() == y.dim() && flat_target && x.numel() > 0 && y.numel() > 0 &&
-        std::equal(x.shape().begin(), x.shape().end() - 2, y.shape().begin())) {
-      const int64_t batch = x.numel() / std::max<int64_t>(m * k, 1);
-      const Tensor<T> x3 = x.reshape({batch, m, k}), y3 = y.reshape({batch, k, n});
-      Tensor<T> c = empty<T>({m, n});
-      cpu::gemm_batched<T>(batch, m, n, k, x3.data_ptr(), x3.stride(0), x3.stride(1), x3.stride(2), y3.data_ptr(),
-                           y3.stride(0), y3.stride(1), y3.stride(2), c.data_ptr(), 0, n, 1);
-      return c.reshape(target).impl_ptr();
+    if constexpr (!is_half_v<T>) {
+      if (x.dim() >= 3 && x.dim() == y.dim() && flat_target && x.numel() > 0 && y.numel() > 0 &&
+          std::equal(x.shape().begin(), x.shape().end() - 2, y.shape().begin())) {
+        const int64_t batch = x.numel() / std::max<int64_t>(m * k, 1);
+        const Tensor<T> x3 = x.reshape({batch, m, k}), y3 = y.reshape({batch, k, n});
+        Tensor<T> c = empty<T>({m, n});
+        cpu::gemm_batched<T>(batch, m, n, k, x3.data_ptr(), x3.stride(0), x3.stride(1), x3.stride(2), y3.data_ptr(),
+                             y3.stride(0), y3.stride(1), y3.stride(2), c.data_ptr(), 0, n, 1);
+        return c.reshape(target).impl_ptr();
+      }
     }
     return sum_to_shape(matmul(x, y).impl_ptr(), target);
   }
@@ -151,6 +169,16 @@ struct MatmulBackward : Node {
 }  // namespace autograd
 
 namespace detail {
+// A float product inside an autocast region (core/autocast.hpp): the operands round to the autocast type, the
+// product is that type's (its node saves the 16-bit operands) and the result widens back to float.
+template <Operand X, Operand Y, class Product>
+Tensor<float> autocast_product(const X& x, const Y& y, Product product) {
+  return autocast::with_cpu_dtype([&](auto h) {
+    using H = decltype(h);
+    return Tensor<float>(product(Tensor<H>(x.template to<H>()), Tensor<H>(y.template to<H>())).template to<float>());
+  });
+}
+
 // Records c's MatmulBackward when a or b requires grad (floating dtypes).
 template <class T>
 void record_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, const char* kind) {
@@ -170,6 +198,9 @@ auto matmul(const X& x, const Y& y) {
   static_assert(std::is_same_v<T, typename Y::value_type>,
                 "kiln: operands of matmul have different dtypes; convert one with .to<T>()");
   detail::require_gemm_dtype<T>();
+  if constexpr (std::is_same_v<T, float>)
+    if (autocast::is_enabled(kCPU))
+      return detail::autocast_product(x, y, [](const auto& a, const auto& b) { return matmul(a, b); });
   const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
   const int da = a.dim(), db = b.dim();
   if (da == 0 || db == 0)
@@ -208,6 +239,9 @@ auto mm(const X& x, const Y& y) {
   static_assert(std::is_same_v<T, typename Y::value_type>,
                 "kiln: operands of mm have different dtypes; convert one with .to<T>()");
   detail::require_gemm_dtype<T>();
+  if constexpr (std::is_same_v<T, float>)
+    if (autocast::is_enabled(kCPU))
+      return detail::autocast_product(x, y, [](const auto& a, const auto& b) { return mm(a, b); });
   const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
   if (a.dim() != 2 || b.dim() != 2)
     throw ShapeError(detail::cat("mm: expects 2-D tensors, got shapes ", a.shape(), " and ", b.shape()));
@@ -225,6 +259,9 @@ auto bmm(const X& x, const Y& y) {
   static_assert(std::is_same_v<T, typename Y::value_type>,
                 "kiln: operands of bmm have different dtypes; convert one with .to<T>()");
   detail::require_gemm_dtype<T>();
+  if constexpr (std::is_same_v<T, float>)
+    if (autocast::is_enabled(kCPU))
+      return detail::autocast_product(x, y, [](const auto& a, const auto& b) { return bmm(a, b); });
   const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
   if (a.dim() != 3 || b.dim() != 3)
     throw ShapeError(detail::cat("bmm: expects 3-D tensors, got shapes ", a.shape(), " and ", b.shape()));
@@ -236,36 +273,6 @@ auto bmm(const X& x, const Y& y) {
   detail::batched_matmul(a, b, c);
   detail::record_matmul(a, b, c, "BmmBackward");
   return c;
-}
-
-// bfloat16 and float16 products are computed in float: the operands widen, the product accumulates in float
-// and rounds once (Eigen 3.4 has no 16-bit GEMM, so 16-bit storage saves memory, not time). Gradients flow
-// through the casts.
-namespace detail {
-template <Operand X, Operand Y, class Product>
-auto half_product(const X& x, const Y& y, Product product) {
-  using T = typename X::value_type;
-  static_assert(std::is_same_v<T, typename Y::value_type>,
-                "kiln: operands of a matrix product have different dtypes; convert one with .to<T>()");
-  const Tensor<float> a = Tensor<T>(x).template to<float>(), b = Tensor<T>(y).template to<float>();
-  return Tensor<T>(product(a, b).template to<T>());
-}
-}  // namespace detail
-
-template <Operand X, Operand Y>
-  requires is_half_v<typename X::value_type>
-auto matmul(const X& x, const Y& y) {
-  return detail::half_product(x, y, [](const auto& a, const auto& b) { return matmul(a, b); });
-}
-template <Operand X, Operand Y>
-  requires is_half_v<typename X::value_type>
-auto mm(const X& x, const Y& y) {
-  return detail::half_product(x, y, [](const auto& a, const auto& b) { return mm(a, b); });
-}
-template <Operand X, Operand Y>
-  requires is_half_v<typename X::value_type>
-auto bmm(const X& x, const Y& y) {
-  return detail::half_product(x, y, [](const auto& a, const auto& b) { return bmm(a, b); });
 }
 
 // [n, m] x [m] -> [n].
