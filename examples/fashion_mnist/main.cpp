@@ -51,7 +51,9 @@ int64_t correct(const Tensor<float>& logits, const Tensor<int64_t>& labels) {
 }
 
 // Autocast for --amp (a guard that changes nothing without it).
-AutocastGuard amp_scope(const Args& args) { return AutocastGuard(kCPU, args.amp == "fp16" ? kHalf : kBFloat16, !args.amp.empty()); }
+AutocastGuard amp_scope(const Args& args) {
+  return AutocastGuard(kCPU, args.amp == "fp16" ? kHalf : kBFloat16, !args.amp.empty());
+}
 
 double evaluate(nn::Sequential& net, const Split& test, const Args& args) {
   NoGradGuard no_grad;

@@ -162,10 +162,9 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
     if (autocast::is_enabled(kCPU))  // q, k, v in the autocast type; the lse is float either way (core/autocast.hpp)
       return autocast::with_cpu_dtype([&](auto h) {
         using H = decltype(h);
-        auto low_precision = [](const Tensor<float>& t) { return Tensor<H>(t.template to<H>()); };
-        const AttentionOutput<H> low = detail::flex_attention(low_precision(query), low_precision(key),
-                                                              low_precision(value), score_mod_fn, bm, o);
-        return AttentionOutput<float>{Tensor<float>(low.output.template to<float>()), low.lse};
+        const AttentionOutput<H> low = detail::flex_attention(query.template to<H>(), key.template to<H>(),
+                                                              value.template to<H>(), score_mod_fn, bm, o);
+        return AttentionOutput<float>{low.output.template to<float>(), low.lse};
       });
   }
   using A = lse_t<T>;

@@ -7,8 +7,7 @@
 // kiln's dtypes are static, so a region changes the precision a computation runs in, never a tensor's type:
 // matmul of two Tensor<float> is a Tensor<float> inside a region too, holding the 16-bit result widened back
 // (exactly). Its graph is PyTorch's: float -> 16-bit cast -> the 16-bit op (which saves its 16-bit operands
-// for backward: half the activation memory of a float product) -> float, so gradients flow through the
-// casts and the op's backward runs in the 16-bit type. Double, integer and 16-bit tensors are untouched.
+// for backward) -> float, so gradients flow through the casts and the op's backward runs in the 16-bit type. Double, integer and 16-bit tensors are untouched.
 // Backward passes run with autocast off (the engine suspends it): a gradient is computed in the precision its
 // forward op used, whether backward() is called inside a region or not.
 //

@@ -162,10 +162,9 @@ Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
     if (autocast::is_enabled(kCPU))  // in the autocast type, as PyTorch: input, weight and bias (core/autocast.hpp)
       return autocast::with_cpu_dtype([&](auto h) {
         using H = decltype(h);
-        const Tensor<H> b = bias.defined() ? Tensor<H>(bias.template to<H>()) : Tensor<H>();
-        const Tensor<H> y = conv2d(Tensor<H>(x.template to<H>()), Tensor<H>(weight.template to<H>()), b, stride,
-                                   padding, dilation, groups);
-        return Tensor<float>(y.template to<float>());
+        const Tensor<H> b = bias.defined() ? bias.template to<H>() : Tensor<H>();
+        return conv2d(x.template to<H>(), weight.template to<H>(), b, stride, padding, dilation, groups)
+            .template to<float>();
       });
   }
   check<ShapeError>(x.dim() == 4 && weight.dim() == 4, "conv2d: expected a 4-d input and weight, got ", x.shape(),

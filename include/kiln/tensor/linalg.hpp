@@ -102,7 +102,7 @@ void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) 
   if constexpr (is_half_v<T>) {
     NoGradGuard no_grad;
     const Tensor<float> wide(TensorImpl::allocate(c.shape(), ScalarType::Float, "matmul"));
-    batched_gemm(Tensor<float>(a.template to<float>()), Tensor<float>(b.template to<float>()), wide);
+    batched_gemm(a.template to<float>(), b.template to<float>(), wide);
     Tensor<T>(c).copy_(wide.template to<T>());  // through another handle to c's memory
   } else {
     batched_gemm(a, b, c);
