@@ -70,7 +70,7 @@ struct Div : SameTypeOp {
     }
   }
   template <class D, class V> HWY_INLINE static V simd(D, V a, V b) { return hn::Div(a, b); }
-  static constexpr std::string_view cuda = "($0 / $1)";
+  static constexpr std::string_view cuda = "kiln_div($0, $1)";  // cuda/prelude.hpp
   static auto grad(auto a, auto b, auto, auto g) { return std::tuple{g / b, -g * a / (b * b)}; }
 };
 

@@ -4,7 +4,8 @@
 //   info                     OpInfo: cost, test domain, max ULP of the SIMD form against the float64 reference
 //   scalar(x...)             the reference, also the scalar path (templated on the compute type)
 //   simd(d, v...)            optional Highway form; simd_for<L> says for which lane types it exists
-//   cuda                     CUDA source with $0, $1... for the operands
+//   cuda                     CUDA source with $0, $1... for the operands; it may call the helpers of
+//                            cuda/prelude.hpp (kiln_div...) where plain CUDA would mean something else
 //   grad(x..., y, g)         the derivative, an expression over placeholders (x = inputs, y = result,
 //                            g = incoming gradient); one result per input (a tuple for several), or
 //                            differentiable = false

@@ -220,7 +220,8 @@ struct Sigmoid : FloatOp {
   static constexpr OpInfo info{.cost = 20, .lo = -80, .hi = 80, .max_ulp = 2};
   template <class T> static T scalar(T x) { return T(1) / (T(1) + std::exp(-x)); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) { return km::Sigmoid(d, x); }
-  static constexpr std::string_view cuda = "(1 / (1 + exp(-($0))))";
+  // exp of a non-positive argument only: 1 / (1 + exp(-x)) would give 0 below -88 where the value is subnormal.
+  static constexpr std::string_view cuda = "(($0 >= 0) ? 1 / (1 + exp(-($0))) : exp($0) / (1 + exp($0)))";
   static auto grad(auto, auto y, auto g) { return g * y * (1 - y); }
 };
 
@@ -255,7 +256,7 @@ struct Floor : SameTypeOp {
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::floor(x); }
   template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::CopySign(hn::Floor(x), x); }
-  static constexpr std::string_view cuda = "floor($0)";
+  static constexpr std::string_view cuda = "kiln_floor($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
 
@@ -265,7 +266,7 @@ struct Ceil : SameTypeOp {
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::ceil(x); }
   template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::CopySign(hn::Ceil(x), x); }
-  static constexpr std::string_view cuda = "ceil($0)";
+  static constexpr std::string_view cuda = "kiln_ceil($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
 
@@ -276,7 +277,7 @@ struct Round : SameTypeOp {
   static constexpr OpInfo info{.cost = 1};
   template <class T> static T scalar(T x) { if constexpr (std::is_integral_v<T>) return x; else return std::nearbyint(x); }
   template <class D, class V> HWY_INLINE static V simd(D, V x) { return hn::CopySign(hn::Round(x), x); }
-  static constexpr std::string_view cuda = "rint($0)";
+  static constexpr std::string_view cuda = "kiln_rint($0)";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
 

@@ -1,0 +1,343 @@
+#pragma once
+// CUDA source for an expression tree, from the op table's `cuda` strings: the fused forward kernel and the
+// fused backward kernel (every leaf's gradient in one pass, as autograd/derive.hpp does on the CPU). Pure C++:
+// no CUDA header is needed to generate (or to test) the source.
+//
+// A kernel is one grid-stride loop over the output's elements. Each node's value is a local variable (the
+// tape), so a node is computed once however often its parent's source names it; the backward sweep binds
+// each op's derivative to those variables. Everything the kernel reads is in one descriptor block of
+// 8-byte words (built by the host with forward_descriptor/backward_descriptor below):
+//   n | size[rank] | out[outputs] | out_stride[outputs][rank] | in[inputs] | stride[inputs][rank] | scalar[scalars]
+// (the size and stride arrays only in the strided variant; an array of length 0 is left out). The block is
+// passed by value, or by pointer (copied to the device) when it exceeds kMaxParameterBytes, so an
+// expression with any number of leaves launches. Scalars of the expression are descriptor words, not
+// literals, so one kernel serves every value; the constants of a derivative (x * 2) are literals.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "kiln/autograd/derive.hpp"
+#include "kiln/core/error.hpp"
+#include "kiln/cuda/prelude.hpp"
+#include "kiln/expr/node.hpp"
+
+namespace kiln::cuda {
+
+// Which loop a kernel is generated for. Contiguous: every operand and output is dense in the output's shape,
+// element i of each. Strided: each operand has its own strides over the output's dims (0 where broadcast).
+// index32: every index and offset fits in int (cheaper arithmetic on the GPU).
+struct KernelVariant {
+  bool contiguous = true;
+  int rank = 0;
+  bool index32 = true;
+
+  std::string key() const {
+    return kiln::detail::cat(contiguous ? "dense" : "strided", contiguous ? "" : std::to_string(rank),
+                             index32 ? "_i32" : "_i64");
+  }
+};
+
+// Kernel parameters are limited to 4 KiB on every architecture; larger descriptor blocks go by pointer.
+inline constexpr size_t kMaxParameterBytes = 4000;
+
+struct KernelSource {
+  std::string entry;   // the extern "C" __global__ function
+  std::string source;  // prelude, descriptor struct and kernel: a complete NVRTC program
+  int inputs = 0;      // operand arrays: the leaves, then (backward) the incoming gradient
+  int outputs = 0;
+  int scalars = 0;
+  KernelVariant variant;
+  size_t descriptor_bytes = 0;
+  bool descriptor_by_pointer = false;
+};
+
+namespace detail {
+
+using kiln::detail::cat;
+
+// C++ spelling of the type kiln computes T in, and of the type it is stored as.
+template <class T>
+constexpr std::string_view compute_name() {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<C, float>) return "float";
+  else if constexpr (std::is_same_v<C, double>) return "double";
+  else if constexpr (std::is_same_v<C, int32_t>) return "int";
+  else if constexpr (std::is_same_v<C, int64_t>) return "long long";
+  else return "bool";
+}
+template <class T>
+constexpr std::string_view storage_name() {
+  if constexpr (is_half_v<T>) return "unsigned short";
+  else return compute_name<T>();
+}
+template <class T>
+std::string load_element(const std::string& array, const std::string& offset) {
+  const std::string raw = cat("((const ", storage_name<T>(), "*)", array, ")[", offset, "]");
+  if constexpr (std::is_same_v<T, bfloat16>) return cat("kiln_bf16_to_float(", raw, ")");
+  else if constexpr (std::is_same_v<T, float16>) return cat("kiln_half_to_float(", raw, ")");
+  else return raw;
+}
+template <class T>
+std::string store_element(const std::string& array, const std::string& offset, const std::string& value) {
+  const std::string target = cat("((", storage_name<T>(), "*)", array, ")[", offset, "]");
+  if constexpr (std::is_same_v<T, bfloat16>) return cat(target, " = kiln_float_to_bf16(", value, ");");
+  else if constexpr (std::is_same_v<T, float16>) return cat(target, " = kiln_float_to_half(", value, ");");
+  else return cat(target, " = ", value, ";");
+}
+
+// A constant of a derivative as a literal of its compute type (hexadecimal floats are exact).
+template <class T>
+std::string literal(compute_t<T> v) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<C, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_floating_point_v<C>) {
+    check<std::logic_error>(std::isfinite(v), "kiln::cuda: a derivative constant is not finite: ", v);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", double(v));
+    return cat("((", compute_name<T>(), ")", buf, ")");
+  } else {
+    // -2^63 has no literal of its own.
+    if (v == std::numeric_limits<C>::min()) return cat("(", v + 1, " - 1)");
+    return cat("((", compute_name<T>(), ")", v, "LL)");
+  }
+}
+
+// Replaces $0, $1... in an op's source with its operands.
+inline std::string substitute(std::string_view pattern, const std::vector<std::string>& operands) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '$' && i + 1 < pattern.size() && pattern[i + 1] >= '0' && pattern[i + 1] <= '9') {
+      const size_t k = size_t(pattern[++i] - '0');
+      check<std::logic_error>(k < operands.size(), "kiln::cuda: op source \"", pattern, "\" names operand $", k,
+                              " of ", operands.size());
+      out += operands[k];
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+// The local variable that holds a tape value in generated source (the placeholders of a derivative).
+struct SourceName {
+  std::string name;
+};
+
+// The variables of a node's tape: its value and its children's.
+struct TapeVars {
+  std::string var;
+  std::vector<TapeVars> children;
+};
+
+// Statement writer. Leaves, scalars and variables are numbered in the order the tree visits them
+// (the leaf order of for_each_leaf, which the descriptor builders follow).
+struct Emitter {
+  int rank = 0;  // of the strided loop; 0 for the dense one
+  std::string body;
+  int leaves = 0;
+  int scalars = 0;
+  int vars = 0;
+  bool scalars_are_literals = false;  // inside a derivative: Scalar nodes are constants
+
+  void line(const std::string& s) { body += "    " + s + "\n"; }
+  // Offset of array j (of d.in with "stride", of d.out with "out_stride") at the loop's element: i, or the
+  // coordinates c0.. times its strides, computed where it is used so few offsets are live at once.
+  std::string offset(std::string_view strides, int j) const {
+    if (rank == 0) return "i";
+    std::string sum;
+    for (int dim = 0; dim < rank; ++dim)
+      sum += cat(dim ? " + " : "", "c", dim, " * (kiln_index)d.", strides, "[", j, "][", dim, "]");
+    return "(" + sum + ")";
+  }
+  std::string define(std::string_view type, const std::string& value) {
+    const std::string v = cat("v", vars++);
+    line(cat("const ", type, " ", v, " = ", value, ";"));
+    return v;
+  }
+};
+
+template <class Op>
+inline constexpr bool is_cast = false;
+template <class U>
+inline constexpr bool is_cast<ops::Cast<U>> = true;
+
+// Leaves per group of loads: ptxas schedules all of a kernel's loads (and their offsets) first when it may,
+// and a 64-leaf strided kernel then spills 1.5 KB; fenced into groups of 8 it does not.
+inline constexpr int kLeavesPerLoadGroup = 8;
+
+template <class T>
+TapeVars emit(const Leaf<T>&, Emitter& em) {
+  const int k = em.leaves++;
+  if (k > 0 && k % kLeavesPerLoadGroup == 0) em.line("KILN_LOAD_FENCE();");
+  return {em.define(compute_name<T>(), load_element<T>(cat("d.in[", k, "]"), em.offset("stride", k))), {}};
+}
+template <class T>
+TapeVars emit(const Scalar<T>& s, Emitter& em) {
+  if (em.scalars_are_literals) return {literal<T>(s.value), {}};
+  const int k = em.scalars++;
+  const std::string word = cat("d.scalar[", k, "]");
+  if constexpr (std::is_floating_point_v<compute_t<T>>)
+    return {em.define(compute_name<T>(), cat("(", compute_name<T>(), ")", word, ".f")), {}};
+  else if constexpr (std::is_same_v<T, bool>)
+    return {em.define("bool", cat("(", word, ".i != 0)")), {}};
+  else
+    return {em.define(compute_name<T>(), cat("(", compute_name<T>(), ")", word, ".i")), {}};
+}
+template <class T>
+TapeVars emit(const Value<SourceName, T>& v, Emitter&) {
+  return {v.value.name, {}};
+}
+template <class Op, class... A>
+TapeVars emit(const Map<Op, A...>& m, Emitter& em) {
+  TapeVars node;
+  apply_args(m.args, [&](const auto&... a) { (node.children.push_back(emit(a, em)), ...); });
+  std::vector<std::string> operands;
+  for (const TapeVars& c : node.children) operands.push_back(c.var);
+  using R = typename Map<Op, A...>::value_type;
+  std::string value;
+  if constexpr (is_cast<Op>)
+    value = cat("kiln_cast<", compute_name<R>(), ">(", operands[0], ")");
+  else
+    value = cat("(", compute_name<R>(), ")(", substitute(Op::cuda, operands), ")");
+  node.var = em.define(compute_name<R>(), value);
+  return node;
+}
+
+template <class E>
+inline constexpr int leaves_of = tree_traits<E>::leaves;
+
+// The reverse sweep. `out_slot[i]` is the output that leaf i's gradient goes to (-1: none).
+template <int I, class T>
+void emit_backward(const Leaf<T>&, const TapeVars&, const std::string& adjoint, const std::vector<int>& out_slot,
+                   Emitter& em) {
+  if (out_slot[I] >= 0)
+    em.line(store_element<T>(cat("d.out[", out_slot[I], "]"), em.offset("out_stride", out_slot[I]), adjoint));
+}
+template <int I, class T>
+void emit_backward(const Scalar<T>&, const TapeVars&, const std::string&, const std::vector<int>&, Emitter&) {}
+template <int I, class Op, class... A>
+void emit_backward(const Map<Op, A...>& m, const TapeVars& tape, const std::string& adjoint,
+                   const std::vector<int>& out_slot, Emitter& em) {
+  if constexpr (ops::is_differentiable<Op>()) {
+    using R = typename Map<Op, A...>::value_type;
+    auto grads = [&]<size_t... K>(std::index_sequence<K...>) {
+      auto g = Op::grad(Value<SourceName, compute_t<typename A::value_type>>(SourceName{tape.children[K].var})...,
+                        Value<SourceName, compute_t<R>>(SourceName{tape.var}),
+                        Value<SourceName, compute_t<R>>(SourceName{adjoint}));
+      if constexpr (sizeof...(K) == 1) return std::make_tuple(g);
+      else return g;
+    }(std::index_sequence_for<A...>{});
+    [&]<size_t... K>(std::index_sequence<K...>) {
+      auto child = [&](auto k_constant) {
+        constexpr size_t k = decltype(k_constant)::value;
+        using Child = std::tuple_element_t<k, std::tuple<A...>>;
+        using G = std::remove_cvref_t<std::tuple_element_t<k, decltype(grads)>>;
+        constexpr int first = I + leaf_offset<k, A...>();
+        if constexpr (!std::is_same_v<G, NoGrad>) {
+          bool wanted = false;
+          for (int i = first; i < first + leaves_of<Child>; ++i) wanted = wanted || out_slot[size_t(i)] >= 0;
+          if (!wanted) return;
+          em.scalars_are_literals = true;
+          const TapeVars g = emit(std::get<k>(grads), em);
+          em.scalars_are_literals = false;
+          // The adjoint takes the child's type (they differ across a cast).
+          using C = typename Child::value_type;
+          const std::string a = em.define(compute_name<C>(), cat("(", compute_name<C>(), ")(", g.var, ")"));
+          emit_backward<first>(arg<k>(m.args), tape.children[k], a, out_slot, em);
+        }
+      };
+      (child(std::integral_constant<size_t, K>{}), ...);
+    }(std::index_sequence_for<A...>{});
+  }
+}
+
+// Wraps a body in the descriptor struct and the grid-stride loop.
+inline KernelSource assemble(std::string entry, const std::string& body, int inputs, int outputs, int scalars,
+                             const KernelVariant& v) {
+  KernelSource k;
+  k.entry = std::move(entry);
+  k.inputs = inputs;
+  k.outputs = outputs;
+  k.scalars = scalars;
+  k.variant = v;
+  const int r = v.contiguous ? 0 : v.rank;
+  k.descriptor_bytes = 8 * size_t(1 + r + outputs * (1 + r) + inputs * (1 + r) + scalars);
+  k.descriptor_by_pointer = k.descriptor_bytes > kMaxParameterBytes;
+
+  const std::string desc = k.entry + "_desc";
+  std::string s(kPrelude);
+  s += cat("struct ", desc, " {\n  long long n;\n");
+  if (r > 0) s += cat("  long long size[", r, "];\n");
+  if (outputs > 0) s += cat("  void* out[", outputs, "];\n");
+  if (outputs > 0 && r > 0) s += cat("  long long out_stride[", outputs, "][", r, "];\n");
+  if (inputs > 0) s += cat("  const void* in[", inputs, "];\n");
+  if (inputs > 0 && r > 0) s += cat("  long long stride[", inputs, "][", r, "];\n");
+  if (scalars > 0) s += cat("  kiln_scalar scalar[", scalars, "];\n");
+  s += "};\n";
+  s += cat("extern \"C\" __global__ void ", k.entry, "(",
+           k.descriptor_by_pointer ? cat("const ", desc, "* __restrict__ dp) {\n  const ", desc, "& d = *dp;\n")
+                                   : cat("const ", desc, " d) {\n"));
+  const char* index = v.index32 ? "int" : "long long";
+  s += cat("  typedef ", index, " kiln_index;\n");
+  s += "  const kiln_index n = (kiln_index)d.n, step = (kiln_index)blockDim.x * (kiln_index)gridDim.x;\n";
+  s += "  for (kiln_index i = (kiln_index)blockIdx.x * (kiln_index)blockDim.x + (kiln_index)threadIdx.x; i < n; "
+       "i += step) {\n";
+  if (r > 0) {
+    // The element's coordinates, innermost dim first.
+    s += "    kiln_index rest = i;\n";
+    for (int dim = r - 1; dim > 0; --dim)
+      s += cat("    const kiln_index c", dim, " = rest % (kiln_index)d.size[", dim, "];\n    rest /= (kiln_index)d.size[",
+               dim, "];\n");
+    s += "    const kiln_index c0 = rest;\n";
+  }
+  s += body;
+  s += "  }\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
+}  // namespace detail
+
+// The forward kernel of e: out[0] = e.
+template <Expression E>
+KernelSource forward_kernel(const E& e, const KernelVariant& v, std::string entry = "kiln_forward") {
+  detail::Emitter em;
+  em.rank = v.contiguous ? 0 : v.rank;
+  const detail::TapeVars root = detail::emit(e, em);
+  em.line(detail::store_element<typename E::value_type>("d.out[0]", em.offset("out_stride", 0), root.var));
+  return detail::assemble(std::move(entry), em.body, em.leaves, 1, em.scalars, v);
+}
+
+// For each leaf of E (leaf order), the backward kernel's output its gradient goes to, or -1 where none flows
+// (integer leaves, a where's condition...).
+template <Expression E>
+std::vector<int> gradient_outputs() {
+  std::vector<int> slot;
+  int next = 0;
+  for (bool r : autograd::gradient_reaches<E>) slot.push_back(r ? next++ : -1);
+  return slot;
+}
+
+// The backward kernel of e: given the incoming gradient (the last input), each leaf's gradient in e's shape
+// (out[gradient_outputs<E>()[leaf]], in the leaf's dtype; broadcast leaves are reduced by the caller).
+template <Expression E>
+KernelSource backward_kernel(const E& e, const KernelVariant& v, std::string entry = "kiln_backward") {
+  detail::Emitter em;
+  em.rank = v.contiguous ? 0 : v.rank;
+  const detail::TapeVars root = detail::emit(e, em);
+  using R = typename E::value_type;
+  const std::string g = em.define(detail::compute_name<R>(), detail::load_element<R>(detail::cat("d.in[", em.leaves, "]"),
+                                                                                     em.offset("stride", em.leaves)));
+  const std::vector<int> slot = gradient_outputs<E>();
+  int outputs = 0;
+  for (int s : slot) outputs += s >= 0;
+  detail::emit_backward<0>(e, root, g, slot, em);
+  return detail::assemble(std::move(entry), em.body, em.leaves + 1, outputs, em.scalars, v);
+}
+
+}  // namespace kiln::cuda

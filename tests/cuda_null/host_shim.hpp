@@ -1,0 +1,93 @@
+#pragma once
+// Runs generated CUDA kernels on the host, so their meaning is checked without a GPU: the sources are compiled
+// by the system's C++ compiler (c++, or $CXX) together with a shim that defines what CUDA provides (blockIdx,
+// threadIdx, __global__, the math functions' float overloads, the bit casts), loaded with dlopen, and each
+// kernel is called once per (block, thread) of a small grid, which also walks its grid-stride loop.
+// Signed overflow wraps (-fwrapv), as it does on the GPU.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kiln/cuda/codegen.hpp"
+
+namespace kiln::test {
+
+inline constexpr const char* kHostShim = R"SHIM(#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+struct kiln_shim_dim { unsigned x, y, z; };
+static kiln_shim_dim threadIdx, blockIdx, blockDim, gridDim;
+using std::abs; using std::ceil; using std::cos; using std::erf; using std::exp; using std::exp2; using std::expm1;
+using std::floor; using std::log; using std::log1p; using std::log2; using std::pow; using std::rint; using std::sin;
+using std::sqrt; using std::tan; using std::tanh;
+inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+template <class T> inline T min(T a, T b) { return b < a ? b : a; }
+template <class T> inline T max(T a, T b) { return a < b ? b : a; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+)SHIM";
+
+class HostShim {
+ public:
+  // Adds a kernel; call before build().
+  void add(const cuda::KernelSource& k) {
+    source_ += k.source;
+    const std::string desc = k.entry + "_desc";
+    source_ += kiln::detail::cat("extern \"C\" void ", k.entry, "_host(const void* desc, unsigned grid, unsigned block) {\n",
+                                 "  gridDim = {grid, 1, 1}; blockDim = {block, 1, 1};\n",
+                                 "  for (unsigned b = 0; b < grid; ++b)\n",
+                                 "    for (unsigned t = 0; t < block; ++t) {\n",
+                                 "      blockIdx = {b, 0, 0}; threadIdx = {t, 0, 0};\n", "      ", k.entry,
+                                 k.descriptor_by_pointer ? "(static_cast<const " : "(*static_cast<const ", desc,
+                                 "*>(desc));\n", "    }\n}\n");
+  }
+
+  // Compiles everything added into a shared library and loads it.
+  void build() {
+    dir_ = std::filesystem::temp_directory_path() / kiln::detail::cat("kiln-host-shim-", ::getpid(), "-", this);
+    std::filesystem::create_directories(dir_);
+    const auto src = dir_ / "kernels.cpp", lib = dir_ / "kernels.so", log = dir_ / "compile.log";
+    std::ofstream(src) << kHostShim << source_;
+    const char* cxx = std::getenv("CXX");
+    const std::string command = kiln::detail::cat(cxx && *cxx ? cxx : "c++", " -std=c++17 -O1 -fwrapv -shared -fPIC -w ",
+                                                  src, " -o ", lib, " >", log, " 2>&1");
+    if (std::system(command.c_str()) != 0) {
+      std::ifstream in(log);
+      throw std::runtime_error("host shim: " + command + " failed:\n" +
+                               std::string(std::istreambuf_iterator<char>(in), {}));
+    }
+    handle_ = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) throw std::runtime_error(std::string("host shim: dlopen: ") + ::dlerror());
+  }
+
+  // Runs kernel `entry` on a grid of `grid` x `block` threads with the descriptor block `words`.
+  void run(const std::string& entry, const std::vector<uint64_t>& words, unsigned grid = 3, unsigned block = 32) const {
+    using Launch = void (*)(const void*, unsigned, unsigned);
+    auto launch = reinterpret_cast<Launch>(::dlsym(handle_, (entry + "_host").c_str()));
+    if (!launch) throw std::runtime_error("host shim: no kernel " + entry);
+    launch(words.data(), grid, block);
+  }
+
+  ~HostShim() {
+    if (handle_) ::dlclose(handle_);
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+
+ private:
+  std::string source_;
+  std::filesystem::path dir_;
+  void* handle_ = nullptr;
+};
+
+}  // namespace kiln::test
