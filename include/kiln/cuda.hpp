@@ -5,8 +5,9 @@
 //
 // What is here so far (issue 5, docs/cuda.md): CUDA source generated from the op table for any expression
 // and its fused backward (codegen.hpp, descriptor.hpp), NVRTC compilation to cubins (nvrtc.hpp), the kernel
-// cache in memory and on disk (kernel_cache.hpp), and the driver's device queries (driver.hpp). CUDA tensors,
-// launches and the caching allocator are not yet.
+// cache in memory and on disk (kernel_cache.hpp), the caching allocator's logic (allocator.hpp) and the
+// driver's device queries (driver.hpp). CUDA tensors, launches and the driver's memory calls are not yet.
+#include "kiln/cuda/allocator.hpp"
 #include "kiln/cuda/codegen.hpp"
 #include "kiln/cuda/descriptor.hpp"
 #include "kiln/cuda/driver.hpp"
