@@ -13,6 +13,7 @@
 #include "kiln/cuda/descriptor.hpp"
 #include "kiln/cuda/nvrtc.hpp"
 #include "kiln/kiln.hpp"
+#include "kiln/optim.hpp"
 
 // Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
 namespace test_cuda_null_codegen {
@@ -339,6 +340,52 @@ TEST_CASE("generated kernels compile with NVRTC for sm_80 and sm_90 without regi
     CHECK(p.spill_store_bytes() == 0);
     // ptxas reports every entry, so each kernel was compiled.
     for (const std::string& e : ks.entries) CHECK(p.log.find("Compiling entry function '" + e + "'") != std::string::npos);
+  }
+}
+
+TEST_CASE("Adam's update as one generated kernel with three outputs follows kiln's Adam step after step") {
+  const std::vector<float> start = domain_samples<float>(-2, 2, 35, 30);
+  const Tensor<float> target = tensor<float>(domain_samples<float>(-1, 1, 35, 31)).reshape({5, 7});
+  Tensor<float> p_cpu = tensor<float>(start).reshape({5, 7}).clone();
+  p_cpu.requires_grad_();
+  const double lr = 0.05, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+  optim::Adam<float> opt({p_cpu}, optim::AdamOptions(lr).betas(b1, b2).eps(eps).weight_decay(wd));
+
+  // The kernel's side: p and its state m, v, updated in place by PyTorch's published rule.
+  const Tensor<float> p = tensor<float>(start).reshape({5, 7}).clone(), m = zeros<float>({5, 7}), v = zeros<float>({5, 7});
+  HostShim shim;
+  std::string first_source;
+  for (int t = 1; t <= 4; ++t) {
+    opt.zero_grad();
+    sum((p_cpu - target) * (p_cpu - target) * 0.5f).backward();
+    const Tensor<float> grad = p_cpu.grad().clone();
+    opt.step();
+
+    const double step_size = lr / (1 - std::pow(b1, t)), bc2_sqrt = std::sqrt(1 - std::pow(b2, t));
+    const auto g = grad + p * float(wd);
+    const auto m_next = m * float(b1) + g * float(1 - b1);
+    const auto v_next = v * float(b2) + g * g * float(1 - b2);
+    const auto p_next = p - m_next / (sqrt(v_next) / float(bc2_sqrt) + float(eps)) * float(step_size);
+    const cuda::KernelSource k = cuda::forward_kernel_all(
+        cuda::choose_variant(p.shape(), {m.strides(), v.strides(), p.strides()}, m_next, v_next, p_next), "adam", m_next,
+        v_next, p_next);
+    CHECK(k.outputs == 3);
+    if (t == 1) {
+      shim.add(k);
+      shim.build();
+      first_source = k.source;
+      CHECK(cuda::Nvrtc::get().compile(k.source, "adam.cu", 90).spill_store_bytes() == 0);
+    }
+    CHECK(k.source == first_source);  // the step's scalars are descriptor words: one kernel for every step
+    shim.run(k.entry, cuda::forward_descriptor_all(k, p.shape(), {{m.data_ptr(), m.strides()},
+                                                                  {v.data_ptr(), v.strides()},
+                                                                  {p.data_ptr(), p.strides()}},
+                                                   m_next, v_next, p_next));
+    const std::vector<float> got = p.to_vector(), want = p_cpu.detach().to_vector();
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("step ", t, " element ", i);
+      CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+    }
   }
 }
 

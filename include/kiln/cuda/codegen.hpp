@@ -303,14 +303,26 @@ inline KernelSource assemble(std::string entry, const std::string& body, int inp
 
 }  // namespace detail
 
+// The forward kernel of several expressions over one shape, out[k] = e_k in one pass (kiln::eval_all's, which
+// the optimizers' updates use). Their leaves are numbered across the trees in order; every value is computed
+// before any is stored, so an output may also be a leaf (read at the same element).
+template <Expression... E>
+KernelSource forward_kernel_all(const KernelVariant& v, std::string entry, const E&... e) {
+  detail::Emitter em;
+  em.rank = v.contiguous ? 0 : v.rank;
+  const std::vector<std::string> roots = {detail::emit(e, em).var...};
+  int k = 0;
+  ((em.line(detail::store_element<typename E::value_type>(detail::cat("d.out[", k, "]"), em.offset("out_stride", k),
+                                                          roots[size_t(k)])),
+    ++k),
+   ...);
+  return detail::assemble(std::move(entry), em.body, em.leaves, int(sizeof...(E)), em.scalars, v);
+}
+
 // The forward kernel of e: out[0] = e.
 template <Expression E>
 KernelSource forward_kernel(const E& e, const KernelVariant& v, std::string entry = "kiln_forward") {
-  detail::Emitter em;
-  em.rank = v.contiguous ? 0 : v.rank;
-  const detail::TapeVars root = detail::emit(e, em);
-  em.line(detail::store_element<typename E::value_type>("d.out[0]", em.offset("out_stride", 0), root.var));
-  return detail::assemble(std::move(entry), em.body, em.leaves, 1, em.scalars, v);
+  return forward_kernel_all(v, std::move(entry), e);
 }
 
 // For each leaf of E (leaf order), the backward kernel's output its gradient goes to, or -1 where none flows

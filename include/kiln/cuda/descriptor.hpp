@@ -44,14 +44,16 @@ inline uint64_t word_of(double v) {
   return w;
 }
 
-// The block for a kernel: n, sizes, outputs, inputs (leaves, then `extra_inputs`), scalars.
-template <Expression E>
-std::vector<uint64_t> descriptor(const E& e, const KernelSource& k, const Shape& shape,
-                                 const std::vector<ArrayRef>& outputs, const std::vector<ArrayRef>& extra_inputs) {
+// The block for a kernel of the trees e...: n, sizes, outputs, inputs (the trees' leaves, then
+// `extra_inputs`), scalars.
+template <Expression... E>
+std::vector<uint64_t> descriptor(const KernelSource& k, const Shape& shape, const std::vector<ArrayRef>& outputs,
+                                 const std::vector<ArrayRef>& extra_inputs, const E&... e) {
   std::vector<ArrayRef> inputs;
-  for_each_leaf(e, [&](const auto& leaf) {
+  const auto add_leaf = [&](const auto& leaf) {
     inputs.push_back({leaf.impl->data_bytes(), broadcast_strides(leaf.impl->shape, leaf.impl->strides, shape)});
-  });
+  };
+  (for_each_leaf(e, add_leaf), ...);
   inputs.insert(inputs.end(), extra_inputs.begin(), extra_inputs.end());
   check<std::logic_error>(int(inputs.size()) == k.inputs && int(outputs.size()) == k.outputs,
                           "kiln::cuda: kernel ", k.entry, " takes ", k.inputs, " inputs and ", k.outputs,
@@ -70,10 +72,11 @@ std::vector<uint64_t> descriptor(const E& e, const KernelSource& k, const Shape&
   };
   arrays(outputs);
   arrays(inputs);
-  for_each_scalar(e, [&](const auto& s) {
+  const auto add_scalar = [&](const auto& s) {
     if constexpr (std::is_floating_point_v<std::remove_cvref_t<decltype(s.value)>>) w.push_back(word_of(double(s.value)));
     else w.push_back(word_of(int64_t(s.value)));
-  });
+  };
+  (for_each_scalar(e, add_scalar), ...);
   check<std::logic_error>(w.size() * 8 == k.descriptor_bytes, "kiln::cuda: descriptor of ", k.entry, " has ",
                           w.size() * 8, " bytes, the kernel expects ", k.descriptor_bytes);
   return w;
@@ -81,26 +84,42 @@ std::vector<uint64_t> descriptor(const E& e, const KernelSource& k, const Shape&
 
 }  // namespace detail
 
-// The variant that evaluates e into an output of `shape` and `out_strides`: dense when the output and every
-// leaf are contiguous in that shape, 32-bit indices when every offset fits.
-template <Expression E>
-KernelVariant choose_variant(const E& e, const Shape& shape, const Strides& out_strides) {
+// The variant that evaluates trees into outputs of `shape` and `out_strides`: dense when every output and leaf
+// is contiguous in that shape, 32-bit indices when every offset fits.
+template <Expression... E>
+KernelVariant choose_variant(const Shape& shape, const std::vector<Strides>& out_strides, const E&... e) {
   const Strides dense = contiguous_strides(shape);
-  bool contiguous = shape.size() == 0 || out_strides == dense;
-  int64_t reach = std::max(numel_of(shape), detail::max_offset(shape, out_strides));
-  for_each_leaf(e, [&](const auto& leaf) {
+  bool contiguous = true;
+  int64_t reach = numel_of(shape);
+  for (const Strides& s : out_strides) {
+    contiguous = contiguous && (shape.size() == 0 || s == dense);
+    reach = std::max(reach, detail::max_offset(shape, s));
+  }
+  const auto visit = [&](const auto& leaf) {
     contiguous = contiguous && leaf.impl->shape == shape && leaf.impl->is_contiguous();
     reach = std::max(reach, detail::max_offset(leaf.impl->shape, leaf.impl->strides));
-  });
+  };
+  (for_each_leaf(e, visit), ...);
   // Room for one grid-stride step past the end (2^26 threads) in int.
   const bool index32 = reach < (int64_t(1) << 31) - (int64_t(1) << 26);
   return {contiguous, contiguous ? 0 : shape.size(), index32};
+}
+template <Expression E>
+KernelVariant choose_variant(const E& e, const Shape& shape, const Strides& out_strides) {
+  return choose_variant(shape, {out_strides}, e);
 }
 
 // The forward kernel's block: e evaluated into `out` (of e's shape).
 template <Expression E>
 std::vector<uint64_t> forward_descriptor(const E& e, const KernelSource& k, const Shape& shape, const ArrayRef& out) {
-  return detail::descriptor(e, k, shape, {out}, {});
+  return detail::descriptor(k, shape, {out}, {}, e);
+}
+
+// forward_kernel_all's block: e_k evaluated into outs[k], over `shape`.
+template <Expression... E>
+std::vector<uint64_t> forward_descriptor_all(const KernelSource& k, const Shape& shape, const std::vector<ArrayRef>& outs,
+                                             const E&... e) {
+  return detail::descriptor(k, shape, outs, {}, e...);
 }
 
 // The backward kernel's block: the incoming gradient `grad` (e's shape) and one output per leaf that
@@ -108,7 +127,7 @@ std::vector<uint64_t> forward_descriptor(const E& e, const KernelSource& k, cons
 template <Expression E>
 std::vector<uint64_t> backward_descriptor(const E& e, const KernelSource& k, const Shape& shape, const ArrayRef& grad,
                                           const std::vector<ArrayRef>& leaf_grads) {
-  return detail::descriptor(e, k, shape, leaf_grads, {grad});
+  return detail::descriptor(k, shape, leaf_grads, {grad}, e);
 }
 
 }  // namespace kiln::cuda
