@@ -137,7 +137,9 @@ struct TapeVars {
 // Statement writer. Leaves, scalars and variables are numbered in the order the tree visits them
 // (the leaf order of for_each_leaf, which the descriptor builders follow).
 struct Emitter {
-  int rank = 0;  // of the strided loop; 0 for the dense one
+  bool dense = true;  // every array at element i
+  int rank = 0;       // otherwise: coordinates c0.. that the operands' offsets use
+  int out_rank = 0;   // and those the outputs' offsets use (fewer in a reduction)
   std::string body;
   int leaves = 0;
   int scalars = 0;
@@ -145,14 +147,20 @@ struct Emitter {
   bool scalars_are_literals = false;  // inside a derivative: Scalar nodes are constants
 
   void line(const std::string& s) { body += "    " + s + "\n"; }
-  // Offset of array j (of d.in with "stride", of d.out with "out_stride") at the loop's element: i, or the
-  // coordinates c0.. times its strides, computed where it is used so few offsets are live at once.
-  std::string offset(std::string_view strides, int j) const {
-    if (rank == 0) return "i";
-    std::string sum;
-    for (int dim = 0; dim < rank; ++dim)
-      sum += cat(dim ? " + " : "", "c", dim, " * (kiln_index)d.", strides, "[", j, "][", dim, "]");
+  // Offsets of operand j and output j at the loop's element: i, or the coordinates c0.. times the array's
+  // strides, computed where they are used so few offsets are live at once.
+  std::string in_offset(int j) const { return offset("stride", j, rank); }
+  std::string out_offset(int j) const { return offset("out_stride", j, out_rank); }
+  std::string offset(std::string_view strides, int j, int dims) const {
+    if (dense) return "i";
+    std::string sum = "0";
+    for (int dim = 0; dim < dims; ++dim) sum += cat(" + c", dim, " * (kiln_index)d.", strides, "[", j, "][", dim, "]");
     return "(" + sum + ")";
+  }
+  // The loop variant's coordinates: the dense loop has none.
+  void set_loop(const KernelVariant& v) {
+    dense = v.contiguous;
+    rank = out_rank = dense ? 0 : v.rank;
   }
   std::string define(std::string_view type, const std::string& value) {
     const std::string v = cat("v", vars++);
@@ -174,7 +182,7 @@ template <class T>
 TapeVars emit(const Leaf<T>&, Emitter& em) {
   const int k = em.leaves++;
   if (k > 0 && k % kLeavesPerLoadGroup == 0) em.line("KILN_LOAD_FENCE();");
-  return {em.define(compute_name<T>(), load_element<T>(cat("d.in[", k, "]"), em.offset("stride", k))), {}};
+  return {em.define(compute_name<T>(), load_element<T>(cat("d.in[", k, "]"), em.in_offset(k))), {}};
 }
 template <class T>
 TapeVars emit(const Scalar<T>& s, Emitter& em) {
@@ -216,7 +224,7 @@ template <int I, class T>
 void emit_backward(const Leaf<T>&, const TapeVars&, const std::string& adjoint, const std::vector<int>& out_slot,
                    Emitter& em) {
   if (out_slot[I] >= 0)
-    em.line(store_element<T>(cat("d.out[", out_slot[I], "]"), em.offset("out_stride", out_slot[I]), adjoint));
+    em.line(store_element<T>(cat("d.out[", out_slot[I], "]"), em.out_offset(out_slot[I]), adjoint));
 }
 template <int I, class T>
 void emit_backward(const Scalar<T>&, const TapeVars&, const std::string&, const std::vector<int>&, Emitter&) {}
@@ -256,48 +264,71 @@ void emit_backward(const Map<Op, A...>& m, const TapeVars& tape, const std::stri
   }
 }
 
-// Wraps a body in the descriptor struct and the grid-stride loop.
-inline KernelSource assemble(std::string entry, const std::string& body, int inputs, int outputs, int scalars,
-                             const KernelVariant& v) {
+// A field of a descriptor struct: its declaration and its size in 8-byte words (a field of 0 words is left out).
+struct Field {
+  std::string decl;
+  size_t words;
+};
+
+// The complete program: prelude, the descriptor struct of `fields`, and the kernel `k.entry` around `loop`
+// (which reads the block as `d`).
+inline void assemble(KernelSource& k, const std::vector<Field>& fields, const std::string& loop) {
+  k.descriptor_bytes = 0;
+  for (const Field& f : fields) k.descriptor_bytes += 8 * f.words;
+  k.descriptor_by_pointer = k.descriptor_bytes > kMaxParameterBytes;
+  const std::string desc = k.entry + "_desc";
+  std::string s(kPrelude);
+  s += cat("struct ", desc, " {\n");
+  for (const Field& f : fields)
+    if (f.words > 0) s += "  " + f.decl + ";\n";
+  s += "};\n";
+  s += cat("extern \"C\" __global__ void ", k.entry, "(",
+           k.descriptor_by_pointer ? cat("const ", desc, "* __restrict__ dp) {\n  const ", desc, "& d = *dp;\n")
+                                   : cat("const ", desc, " d) {\n"));
+  s += cat("  typedef ", k.variant.index32 ? "int" : "long long", " kiln_index;\n");
+  s += loop;
+  s += "}\n";
+  k.source = std::move(s);
+}
+
+// The grid-stride loop over `var` < `count`, with `body` inside.
+inline std::string grid_stride_loop(std::string_view var, std::string_view count, const std::string& body) {
+  return cat("  for (kiln_index ", var, " = (kiln_index)blockIdx.x * (kiln_index)blockDim.x + (kiln_index)threadIdx.x; ",
+             var, " < (kiln_index)", count, "; ", var, " += (kiln_index)blockDim.x * (kiln_index)gridDim.x) {\n", body,
+             "  }\n");
+}
+
+// Coordinates c<first>..c<first + dims - 1> of the linear index `var` over the sizes d.<sizes>[0..dims),
+// innermost dim first.
+inline std::string coordinates(std::string_view var, int first, int dims, std::string_view sizes) {
+  if (dims == 0) return "";
+  std::string s = cat("    kiln_index rest_", var, " = ", var, ";\n");
+  for (int dim = dims - 1; dim > 0; --dim)
+    s += cat("    const kiln_index c", first + dim, " = rest_", var, " % (kiln_index)d.", sizes, "[", dim, "];\n    rest_",
+             var, " /= (kiln_index)d.", sizes, "[", dim, "];\n");
+  return s + cat("    const kiln_index c", first, " = rest_", var, ";\n");
+}
+
+// An elementwise kernel: one grid-stride loop over the output's elements.
+inline KernelSource assemble_elementwise(std::string entry, const std::string& body, int inputs, int outputs, int scalars,
+                                         const KernelVariant& v) {
   KernelSource k;
   k.entry = std::move(entry);
   k.inputs = inputs;
   k.outputs = outputs;
   k.scalars = scalars;
   k.variant = v;
-  const int r = v.contiguous ? 0 : v.rank;
-  k.descriptor_bytes = 8 * size_t(1 + r + outputs * (1 + r) + inputs * (1 + r) + scalars);
-  k.descriptor_by_pointer = k.descriptor_bytes > kMaxParameterBytes;
-
-  const std::string desc = k.entry + "_desc";
-  std::string s(kPrelude);
-  s += cat("struct ", desc, " {\n  long long n;\n");
-  if (r > 0) s += cat("  long long size[", r, "];\n");
-  if (outputs > 0) s += cat("  void* out[", outputs, "];\n");
-  if (outputs > 0 && r > 0) s += cat("  long long out_stride[", outputs, "][", r, "];\n");
-  if (inputs > 0) s += cat("  const void* in[", inputs, "];\n");
-  if (inputs > 0 && r > 0) s += cat("  long long stride[", inputs, "][", r, "];\n");
-  if (scalars > 0) s += cat("  kiln_scalar scalar[", scalars, "];\n");
-  s += "};\n";
-  s += cat("extern \"C\" __global__ void ", k.entry, "(",
-           k.descriptor_by_pointer ? cat("const ", desc, "* __restrict__ dp) {\n  const ", desc, "& d = *dp;\n")
-                                   : cat("const ", desc, " d) {\n"));
-  const char* index = v.index32 ? "int" : "long long";
-  s += cat("  typedef ", index, " kiln_index;\n");
-  s += "  const kiln_index n = (kiln_index)d.n, step = (kiln_index)blockDim.x * (kiln_index)gridDim.x;\n";
-  s += "  for (kiln_index i = (kiln_index)blockIdx.x * (kiln_index)blockDim.x + (kiln_index)threadIdx.x; i < n; "
-       "i += step) {\n";
-  if (r > 0) {
-    // The element's coordinates, innermost dim first.
-    s += "    kiln_index rest = i;\n";
-    for (int dim = r - 1; dim > 0; --dim)
-      s += cat("    const kiln_index c", dim, " = rest % (kiln_index)d.size[", dim, "];\n    rest /= (kiln_index)d.size[",
-               dim, "];\n");
-    s += "    const kiln_index c0 = rest;\n";
-  }
-  s += body;
-  s += "  }\n}\n";
-  k.source = std::move(s);
+  const size_t r = v.contiguous ? 0 : size_t(v.rank);
+  const size_t in = size_t(inputs), out = size_t(outputs);
+  assemble(k,
+           {{"long long n", 1},
+            {cat("long long size[", r, "]"), r},
+            {cat("void* out[", out, "]"), out},
+            {cat("long long out_stride[", out, "][", r, "]"), out * r},
+            {cat("const void* in[", in, "]"), in},
+            {cat("long long stride[", in, "][", r, "]"), in * r},
+            {cat("kiln_scalar scalar[", scalars, "]"), size_t(scalars)}},
+           grid_stride_loop("i", "d.n", coordinates("i", 0, int(r), "size") + body));
   return k;
 }
 
@@ -309,14 +340,14 @@ inline KernelSource assemble(std::string entry, const std::string& body, int inp
 template <Expression... E>
 KernelSource forward_kernel_all(const KernelVariant& v, std::string entry, const E&... e) {
   detail::Emitter em;
-  em.rank = v.contiguous ? 0 : v.rank;
+  em.set_loop(v);
   const std::vector<std::string> roots = {detail::emit(e, em).var...};
   int k = 0;
-  ((em.line(detail::store_element<typename E::value_type>(detail::cat("d.out[", k, "]"), em.offset("out_stride", k),
+  ((em.line(detail::store_element<typename E::value_type>(detail::cat("d.out[", k, "]"), em.out_offset(k),
                                                           roots[size_t(k)])),
     ++k),
    ...);
-  return detail::assemble(std::move(entry), em.body, em.leaves, int(sizeof...(E)), em.scalars, v);
+  return detail::assemble_elementwise(std::move(entry), em.body, em.leaves, int(sizeof...(E)), em.scalars, v);
 }
 
 // The forward kernel of e: out[0] = e.
@@ -340,16 +371,16 @@ std::vector<int> gradient_outputs() {
 template <Expression E>
 KernelSource backward_kernel(const E& e, const KernelVariant& v, std::string entry = "kiln_backward") {
   detail::Emitter em;
-  em.rank = v.contiguous ? 0 : v.rank;
+  em.set_loop(v);
   const detail::TapeVars root = detail::emit(e, em);
   using R = typename E::value_type;
   const std::string g = em.define(detail::compute_name<R>(), detail::load_element<R>(detail::cat("d.in[", em.leaves, "]"),
-                                                                                     em.offset("stride", em.leaves)));
+                                                                                     em.in_offset(em.leaves)));
   const std::vector<int> slot = gradient_outputs<E>();
   int outputs = 0;
   for (int s : slot) outputs += s >= 0;
   detail::emit_backward<0>(e, root, g, slot, em);
-  return detail::assemble(std::move(entry), em.body, em.leaves + 1, outputs, em.scalars, v);
+  return detail::assemble_elementwise(std::move(entry), em.body, em.leaves + 1, outputs, em.scalars, v);
 }
 
 }  // namespace kiln::cuda

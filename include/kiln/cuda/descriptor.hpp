@@ -44,6 +44,16 @@ inline uint64_t word_of(double v) {
   return w;
 }
 
+// The trees' scalars as descriptor words, in the generator's order.
+template <Expression... E>
+void append_scalars(std::vector<uint64_t>& w, const E&... e) {
+  const auto add = [&](const auto& s) {
+    if constexpr (std::is_floating_point_v<std::remove_cvref_t<decltype(s.value)>>) w.push_back(word_of(double(s.value)));
+    else w.push_back(word_of(int64_t(s.value)));
+  };
+  (for_each_scalar(e, add), ...);
+}
+
 // The block for a kernel of the trees e...: n, sizes, outputs, inputs (the trees' leaves, then
 // `extra_inputs`), scalars.
 template <Expression... E>
@@ -72,11 +82,7 @@ std::vector<uint64_t> descriptor(const KernelSource& k, const Shape& shape, cons
   };
   arrays(outputs);
   arrays(inputs);
-  const auto add_scalar = [&](const auto& s) {
-    if constexpr (std::is_floating_point_v<std::remove_cvref_t<decltype(s.value)>>) w.push_back(word_of(double(s.value)));
-    else w.push_back(word_of(int64_t(s.value)));
-  };
-  (for_each_scalar(e, add_scalar), ...);
+  append_scalars(w, e...);
   check<std::logic_error>(w.size() * 8 == k.descriptor_bytes, "kiln::cuda: descriptor of ", k.entry, " has ",
                           w.size() * 8, " bytes, the kernel expects ", k.descriptor_bytes);
   return w;

@@ -1,0 +1,194 @@
+#pragma once
+// CUDA reductions of an expression along dims (sum, mean, amax, amin), fused as on the CPU: sum(a * b, 1) reads
+// a and b once and never materializes the product. One thread per output element (a grid-stride loop over the
+// kept dims' elements) walks the reduced elements in order; floating sums accumulate in double and integer
+// sums in int64, as tensor/reduce.hpp does; amax/amin propagate NaN.
+//
+// The descriptor block: n | size[kept] | m | rsize[reduced] | out | out_stride[kept] | in[j] |
+// stride[j][kept + reduced] | scalar[s], each operand's strides permuted to the kept dims, then the reduced.
+//
+// Not yet: a reduction with few outputs (sum of everything is one thread) wants the work split across threads
+// and combined in a second pass; that waits for a GPU to tune it on.
+#include <algorithm>
+
+#include "kiln/cuda/descriptor.hpp"
+
+namespace kiln::cuda {
+
+enum class Reduce { Sum, Mean, Max, Min };
+
+struct ReductionVariant {
+  int kept = 0;     // dims of the output
+  int reduced = 0;  // dims reduced over
+  bool index32 = true;
+
+  std::string key() const {
+    return kiln::detail::cat("reduce", kept, "x", reduced, index32 ? "_i32" : "_i64");
+  }
+};
+
+namespace detail {
+
+// The accumulator's type, its start and its step `acc = f(acc, v)`, and the result's type.
+template <Reduce R, class T>
+struct Accumulator {
+  static constexpr bool floating = is_floating_v<T>;
+  using Result = std::conditional_t<R == Reduce::Sum && std::is_integral_v<T>, int64_t, T>;
+  static std::string type() {
+    if constexpr (R == Reduce::Sum || R == Reduce::Mean) return floating ? "double" : "long long";
+    else return std::string(compute_name<T>());
+  }
+  static std::string init() {
+    if constexpr (R == Reduce::Sum || R == Reduce::Mean) return "0";
+    else if constexpr (floating) return R == Reduce::Max ? "__uint_as_float(0xff800000u)" : "__uint_as_float(0x7f800000u)";
+    else return cat("kiln_int_range<", compute_name<T>(), ">::", R == Reduce::Max ? "lo" : "hi");
+  }
+  static std::string step(const std::string& v) {
+    if constexpr (R == Reduce::Sum || R == Reduce::Mean) return cat("acc += (", type(), ")", v, ";");
+    // A NaN, once met, stays (acc != acc); a NaN value takes over.
+    const char* better = R == Reduce::Max ? " > acc" : " < acc";
+    if constexpr (floating) return cat("if (acc == acc && (", v, " != ", v, " || ", v, better, ")) acc = ", v, ";");
+    else return cat("if (", v, better, ") acc = ", v, ";");
+  }
+  static std::string result() {
+    if constexpr (R == Reduce::Mean) return "acc / (double)d.m";
+    else return "acc";
+  }
+};
+
+}  // namespace detail
+
+namespace detail {
+
+// One pass over the reduced elements of output element o (coordinates c0.. set): e evaluated at each, then
+// step(value). Every pass numbers leaves and scalars alike, so passes share the descriptor.
+template <Expression E, class Step>
+std::string row_pass(const E& e, const ReductionVariant& v, int out_rank, Step&& step, Emitter& em) {
+  em = Emitter{};
+  em.dense = false;
+  em.rank = v.kept + v.reduced;
+  em.out_rank = out_rank;
+  em.body = coordinates("r", v.kept, v.reduced, "rsize");
+  const TapeVars root = emit(e, em);
+  em.line(step(root.var, em));
+  return "    for (kiln_index r = 0; r < (kiln_index)d.m; ++r) {\n" + em.body + "    }\n";
+}
+
+// The program around `body` (inside the loop over output elements o, coordinates c0.. of the kept dims set);
+// outputs have strides over the first out_rank coordinates.
+inline void assemble_rows(KernelSource& k, const ReductionVariant& v, int out_rank, const std::string& body) {
+  k.outputs = 1;
+  k.variant = {false, v.kept, v.index32};
+  const size_t kept = size_t(v.kept), all = size_t(v.kept + v.reduced), in = size_t(k.inputs);
+  assemble(k,
+           {{"long long n", 1},
+            {cat("long long size[", kept, "]"), kept},
+            {"long long m", 1},
+            {cat("long long rsize[", v.reduced, "]"), size_t(v.reduced)},
+            {"void* out[1]", 1},
+            {cat("long long out_stride[1][", out_rank, "]"), size_t(out_rank)},
+            {cat("const void* in[", in, "]"), in},
+            {cat("long long stride[", in, "][", all, "]"), in * all},
+            {cat("kiln_scalar scalar[", k.scalars, "]"), size_t(k.scalars)}},
+           grid_stride_loop("o", "d.n", coordinates("o", 0, v.kept, "size") + body));
+}
+
+}  // namespace detail
+
+// The kernel reducing e over `v.reduced` dims into an output over `v.kept` dims.
+template <Reduce R, Expression E>
+KernelSource reduction_kernel(const E& e, const ReductionVariant& v, std::string entry = "kiln_reduce") {
+  using T = typename E::value_type;
+  using A = detail::Accumulator<R, T>;
+  using Out = typename A::Result;
+  static_assert(R != Reduce::Mean || is_floating_v<T>, "kiln: mean needs a floating-point expression");
+  detail::Emitter em;
+  const std::string pass =
+      detail::row_pass(e, v, v.kept, [](const std::string& x, detail::Emitter&) { return A::step(x); }, em);
+  KernelSource k;
+  k.entry = std::move(entry);
+  k.inputs = em.leaves;
+  k.scalars = em.scalars;
+  const std::string result = detail::cat("(", detail::compute_name<Out>(), ")(", A::result(), ")");
+  detail::assemble_rows(k, v, v.kept,
+                        "    " + A::type() + " acc = " + A::init() + ";\n" + pass + "    " +
+                            detail::store_element<Out>("d.out[0]", em.out_offset(0), result) + "\n");
+  return k;
+}
+
+// softmax (or, with kLog, log_softmax) of e along the `v.reduced` dim, as torch's: per row the max, then the
+// sum of exp(x - max) in double, then exp(x - max) / sum (or x - max - log(sum)); a row whose max is not
+// finite gives NaN. The output has e's shape; e is evaluated in each pass rather than stored.
+template <bool kLog, Expression E>
+KernelSource softmax_kernel(const E& e, const ReductionVariant& v, std::string entry = "kiln_softmax") {
+  using T = typename E::value_type;
+  static_assert(is_floating_v<T>, "kiln: softmax needs a floating-point expression");
+  const std::string ct(detail::compute_name<T>());
+  using Max = detail::Accumulator<Reduce::Max, T>;
+  const int all = v.kept + v.reduced;
+  detail::Emitter em;
+  std::string body = "    " + ct + " acc = " + Max::init() + ";\n";
+  body += detail::row_pass(e, v, all, [](const std::string& x, detail::Emitter&) { return Max::step(x); }, em);
+  body += "    const " + ct + " row_max = (acc - acc == 0) ? acc : (" + ct + ")__uint_as_float(0x7fc00000u);\n";
+  body += "    double sum = 0;\n";
+  body += detail::row_pass(
+      e, v, all, [&](const std::string& x, detail::Emitter&) { return "sum += (double)exp(" + x + " - row_max);"; }, em);
+  body += detail::row_pass(
+      e, v, all,
+      [&](const std::string& x, detail::Emitter& pass) {
+        const std::string value = kLog ? detail::cat("(", ct, ")((", x, " - row_max) - (", ct, ")log(sum))")
+                                       : detail::cat("(", ct, ")(exp(", x, " - row_max) / (", ct, ")sum)");
+        return detail::store_element<T>("d.out[0]", pass.out_offset(0), value);
+      },
+      em);
+  KernelSource k;
+  k.entry = std::move(entry);
+  k.inputs = em.leaves;
+  k.scalars = em.scalars;
+  detail::assemble_rows(k, v, all, body);
+  return k;
+}
+
+// The variant for reducing a tensor of shape `in` over `dims`.
+inline ReductionVariant reduction_variant(const Shape& in, const Dims& dims) {
+  const int reduced = dims.size();
+  return {in.size() - reduced, reduced, numel_of(in) < (int64_t(1) << 31) - (int64_t(1) << 26)};
+}
+
+// The block for reduction_kernel (out: strides over the kept dims) or softmax_kernel (out: e's shape).
+template <Expression E>
+std::vector<uint64_t> reduction_descriptor(const E& e, const KernelSource& k, const Shape& in, const Dims& dims,
+                                           const ArrayRef& out) {
+  std::vector<int> kept, reduced;
+  for (int i = 0; i < in.size(); ++i)
+    (std::find(dims.begin(), dims.end(), int64_t(i)) != dims.end() ? reduced : kept).push_back(i);
+  // Strides over the input's dims in the kernel's order: the kept dims, then the reduced.
+  const auto permuted = [&](const Strides& s, std::vector<uint64_t>& w) {
+    for (int i : kept) w.push_back(detail::word_of(s[i]));
+    for (int i : reduced) w.push_back(detail::word_of(s[i]));
+  };
+  std::vector<uint64_t> w;
+  int64_t n = 1, m = 1;
+  for (int i : kept) n *= in[i];
+  for (int i : reduced) m *= in[i];
+  w.push_back(detail::word_of(n));
+  for (int i : kept) w.push_back(detail::word_of(in[i]));
+  w.push_back(detail::word_of(m));
+  for (int i : reduced) w.push_back(detail::word_of(in[i]));
+  w.push_back(detail::word_of(out.data));
+  if (out.strides.size() == in.size()) permuted(out.strides, w);  // softmax: out has the input's shape
+  else
+    for (int j = 0; j < out.strides.size(); ++j) w.push_back(detail::word_of(out.strides[j]));
+  std::vector<Strides> strides;
+  for_each_leaf(e, [&](const auto& leaf) {
+    w.push_back(detail::word_of(static_cast<const void*>(leaf.impl->data_bytes())));
+    strides.push_back(broadcast_strides(leaf.impl->shape, leaf.impl->strides, in));
+  });
+  for (const Strides& s : strides) permuted(s, w);
+  detail::append_scalars(w, e);
+  check<std::logic_error>(w.size() * 8 == k.descriptor_bytes, "kiln::cuda: descriptor of ", k.entry, " has ",
+                          w.size() * 8, " bytes, the kernel expects ", k.descriptor_bytes);
+  return w;
+}
+
+}  // namespace kiln::cuda
