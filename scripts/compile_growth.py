@@ -10,6 +10,7 @@ predicts, plus 0.5 s. Equal steps (10, 40, 70) keep the prediction as noisy as o
 10-to-20 step (0.4 to 1.1 s measured) was doubled together with its noise, and one CI run failed on a build
 that grows linearly. A quadratic derivation (DESIGN.md's 12.3 s at depth 20) would add 2.2 times over equal
 steps from depth 10. Each depth takes the fastest of two tries, so one burst of load does not fail the check.
+The limit is scaled to the machine as in compile_time.py (reference.cpp).
 """
 import os
 import shlex
@@ -17,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_time import compile_once, dependency_flags, read_limit  # noqa: E402
+from compile_time import compile_once, dependency_flags, describe_scale, machine_scale, read_limit  # noqa: E402
 
 
 def main():
@@ -26,10 +27,12 @@ def main():
         raise SystemExit(__doc__)
     doc, tu, depths, compiler = args[0], args[1], [int(d) for d in args[2].split(",")], args[4:]
     name = os.path.basename(tu)
-    limit = read_limit(doc, name)
     dep_flags = dependency_flags()
     times = []
     with tempfile.TemporaryDirectory() as tmp:
+        scale, ref_seconds = machine_scale(doc, tu, compiler, dep_flags, tmp)
+        table_limit = read_limit(doc, name)
+        limit = table_limit * scale
         for d in depths:
             cmd = compiler + dep_flags + ["-O2", f"-DKILN_CHAIN_DEPTH={d}", "-c", tu, "-o", os.path.join(tmp, "tu.o")]
             best = None
@@ -45,8 +48,9 @@ def main():
     predicted = (t2 - t1) * (d3 - d2) / (d2 - d1)
     linear = t3 - t2 <= 1.5 * predicted + 0.5  # 0.5 s: noise when the steps are small
     ok = linear and t3 <= limit
-    print(f"{'PASS' if ok else 'FAIL'} {name}: depth {d3} took {t3:.2f} s CPU (limit {limit:g} s); "
-          f"{d2}->{d3} added {t3 - t2:.2f} s where linear growth predicts {predicted:.2f} s")
+    print(f"{'PASS' if ok else 'FAIL'} {name}: depth {d3} took {t3:.2f} s CPU (limit {limit:.2f} s: {table_limit:g} s "
+          f"{describe_scale(scale, ref_seconds)}); {d2}->{d3} added {t3 - t2:.2f} s where linear growth predicts "
+          f"{predicted:.2f} s")
     print(f"  command: {shlex.join(cmd)}")
     return 0 if ok else 1
 

@@ -59,6 +59,14 @@ template <class T> KILN_DEV T kiln_floor(T x) { if constexpr (kiln_is_int<T>::va
 template <class T> KILN_DEV T kiln_ceil(T x) { if constexpr (kiln_is_int<T>::value) return x; else return ceil(x); }
 template <class T> KILN_DEV T kiln_rint(T x) { if constexpr (kiln_is_int<T>::value) return x; else return rint(x); }
 
+// scatter_add's accumulation (CUDA has no signed 64-bit atomicAdd; two's complement makes the unsigned one right).
+KILN_DEV void kiln_atomic_add(float* p, float v) { atomicAdd(p, v); }
+KILN_DEV void kiln_atomic_add(double* p, double v) { atomicAdd(p, v); }
+KILN_DEV void kiln_atomic_add(int* p, int v) { atomicAdd(p, v); }
+KILN_DEV void kiln_atomic_add(long long* p, long long v) {
+  atomicAdd((unsigned long long*)p, (unsigned long long)v);
+}
+
 // 16-bit storage: bfloat16 and IEEE half, loaded to float and rounded back to nearest even (core/dtype.hpp).
 KILN_DEV float kiln_bf16_to_float(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
 KILN_DEV unsigned short kiln_float_to_bf16(float v) {

@@ -1,5 +1,5 @@
 #pragma once
-// CUDA reductions of an expression along dims (sum, mean, amax, amin), fused as on the CPU: sum(a * b, 1) reads
+// CUDA reductions of an expression along dims (sum, mean, amax, amin, argmax, argmin), fused as on the CPU: sum(a * b, 1) reads
 // a and b once and never materializes the product. One thread per output element (a grid-stride loop over the
 // kept dims' elements) walks the reduced elements in order; floating sums accumulate in double and integer
 // sums in int64, as tensor/reduce.hpp does; amax/amin propagate NaN.
@@ -15,7 +15,8 @@
 
 namespace kiln::cuda {
 
-enum class Reduce { Sum, Mean, Max, Min };
+// ArgMax/ArgMin: the index along the one reduced dim of the first extreme (a NaN counts as the extreme).
+enum class Reduce { Sum, Mean, Max, Min, ArgMax, ArgMin };
 
 struct ReductionVariant {
   int kept = 0;     // dims of the output
@@ -29,36 +30,40 @@ struct ReductionVariant {
 
 namespace detail {
 
-// The accumulator's type, its start and its step `acc = f(acc, v)`, and the result's type.
+// The accumulator's declaration, its step with value v at reduced element r, and the result.
 template <Reduce R, class T>
 struct Accumulator {
   static constexpr bool floating = is_floating_v<T>;
-  using Result = std::conditional_t<R == Reduce::Sum && std::is_integral_v<T>, int64_t, T>;
+  static constexpr bool sum = R == Reduce::Sum || R == Reduce::Mean;
+  static constexpr bool arg = R == Reduce::ArgMax || R == Reduce::ArgMin;
+  static constexpr bool max = R == Reduce::Max || R == Reduce::ArgMax;
+  using Result = std::conditional_t<arg || (R == Reduce::Sum && std::is_integral_v<T>), int64_t, T>;
   static std::string type() {
-    if constexpr (R == Reduce::Sum || R == Reduce::Mean) return floating ? "double" : "long long";
+    if constexpr (sum) return floating ? "double" : "long long";
     else return std::string(compute_name<T>());
   }
   static std::string init() {
-    if constexpr (R == Reduce::Sum || R == Reduce::Mean) return "0";
-    else if constexpr (floating) return R == Reduce::Max ? "__uint_as_float(0xff800000u)" : "__uint_as_float(0x7f800000u)";
-    else return cat("kiln_int_range<", compute_name<T>(), ">::", R == Reduce::Max ? "lo" : "hi");
+    if constexpr (sum) return "0";
+    else if constexpr (floating) return max ? "__uint_as_float(0xff800000u)" : "__uint_as_float(0x7f800000u)";
+    else return cat("kiln_int_range<", compute_name<T>(), ">::", max ? "lo" : "hi");
+  }
+  static std::string declare() {
+    return cat("    ", type(), " acc = ", init(), ";\n", arg ? "    long long arg = 0;\n" : "");
   }
   static std::string step(const std::string& v) {
-    if constexpr (R == Reduce::Sum || R == Reduce::Mean) return cat("acc += (", type(), ")", v, ";");
-    // A NaN, once met, stays (acc != acc); a NaN value takes over.
-    const char* better = R == Reduce::Max ? " > acc" : " < acc";
-    if constexpr (floating) return cat("if (acc == acc && (", v, " != ", v, " || ", v, better, ")) acc = ", v, ";");
-    else return cat("if (", v, better, ") acc = ", v, ";");
+    if constexpr (sum) return cat("acc += (", type(), ")", v, ";");
+    // A NaN, once met, stays (acc != acc); a NaN value takes over. Ties keep the first.
+    const std::string better = cat(v, max ? " > acc" : " < acc");
+    const std::string take = cat("{ acc = ", v, ";", arg ? " arg = r;" : "", " }");
+    if constexpr (floating) return cat("if (acc == acc && (", v, " != ", v, " || ", better, ")) ", take);
+    else return cat("if (", better, ") ", take);
   }
   static std::string result() {
     if constexpr (R == Reduce::Mean) return "acc / (double)d.m";
+    else if constexpr (arg) return "arg";
     else return "acc";
   }
 };
-
-}  // namespace detail
-
-namespace detail {
 
 // One pass over the reduced elements of output element o (coordinates c0.. set): e evaluated at each, then
 // step(value). Every pass numbers leaves and scalars alike, so passes share the descriptor.
@@ -102,6 +107,7 @@ KernelSource reduction_kernel(const E& e, const ReductionVariant& v, std::string
   using A = detail::Accumulator<R, T>;
   using Out = typename A::Result;
   static_assert(R != Reduce::Mean || is_floating_v<T>, "kiln: mean needs a floating-point expression");
+  check<std::invalid_argument>(!A::arg || v.reduced == 1, "kiln::cuda: argmax/argmin reduce one dim, not ", v.reduced);
   detail::Emitter em;
   const std::string pass =
       detail::row_pass(e, v, v.kept, [](const std::string& x, detail::Emitter&) { return A::step(x); }, em);
@@ -111,7 +117,7 @@ KernelSource reduction_kernel(const E& e, const ReductionVariant& v, std::string
   k.scalars = em.scalars;
   const std::string result = detail::cat("(", detail::compute_name<Out>(), ")(", A::result(), ")");
   detail::assemble_rows(k, v, v.kept,
-                        "    " + A::type() + " acc = " + A::init() + ";\n" + pass + "    " +
+                        A::declare() + pass + "    " +
                             detail::store_element<Out>("d.out[0]", em.out_offset(0), result) + "\n");
   return k;
 }
