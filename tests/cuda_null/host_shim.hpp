@@ -7,14 +7,18 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <doctest/doctest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kiln/cuda/codegen.hpp"
+#include "kiln/cuda/nvrtc.hpp"
 
 namespace kiln::test {
 
@@ -90,6 +94,66 @@ class HostShim {
   std::string source_;
   std::filesystem::path dir_;
   void* handle_ = nullptr;
+};
+
+// Kernels for the host shim, each run once with its descriptor block and then checked (the check holds the
+// arrays the block points at); all are compiled together, by the host compiler and as one NVRTC program.
+class ShimSuite {
+ public:
+  struct Run {
+    std::string label, entry;
+    std::vector<uint64_t> words;
+    std::function<void()> verify;
+  };
+
+  // A fresh entry name for a kernel.
+  std::string entry(std::string_view stem) const { return kiln::detail::cat(stem, "_", entries_.size()); }
+  // Adds a kernel to the program; add_run() gives it a run.
+  void add_kernel(const cuda::KernelSource& k) {
+    shim_.add(k);
+    program_ += k.source;
+    entries_.push_back(k.entry);
+  }
+  void add_run(std::string label, const cuda::KernelSource& k, std::vector<uint64_t> words, std::function<void()> verify) {
+    runs_.push_back({std::move(label), k.entry, std::move(words), std::move(verify)});
+  }
+  void add(std::string label, const cuda::KernelSource& k, std::vector<uint64_t> words, std::function<void()> verify) {
+    add_kernel(k);
+    add_run(std::move(label), k, std::move(words), std::move(verify));
+  }
+
+  // Builds the shim once, then runs and checks every run.
+  void run_all() {
+    if (!built_) shim_.build();
+    built_ = true;
+    for (const Run& r : runs_) {
+      INFO(r.label);
+      shim_.run(r.entry, r.words);
+      r.verify();
+    }
+  }
+
+  // NVRTC compiles the program for each architecture: every kernel in ptxas' report, none spilling.
+  void check_nvrtc(std::initializer_list<int> archs, const std::string& name) const {
+    for (int arch : archs) {
+      const cuda::CompiledProgram p = cuda::Nvrtc::get().compile(program_, name, arch);
+      INFO("sm_", arch, ": ", p.log.substr(0, 2000));
+      CHECK(p.is_cubin);
+      CHECK(p.binary.substr(0, 4) == "\x7f" "ELF");
+      CHECK(p.spill_store_bytes() == 0);
+      for (const std::string& e : entries_)
+        CHECK(p.log.find("Compiling entry function '" + e + "'") != std::string::npos);
+    }
+  }
+
+  size_t runs() const { return runs_.size(); }
+
+ private:
+  HostShim shim_;
+  bool built_ = false;
+  std::string program_;
+  std::vector<std::string> entries_;
+  std::vector<Run> runs_;
 };
 
 }  // namespace kiln::test

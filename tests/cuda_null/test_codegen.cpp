@@ -23,39 +23,13 @@ using namespace kiln::test;
 
 namespace {
 
-// A kernel to run on the host shim with its descriptor block, the arrays the block points at (kept alive), and
-// the check of what it wrote.
-struct Case {
-  std::string label;
-  std::string entry;
-  std::vector<uint64_t> words;
-  std::vector<std::shared_ptr<TensorImpl>> arrays;
-  std::function<void()> verify;
-};
-
+// The tensors an expression's leaves hold (what a descriptor block points at).
 template <class E>
 std::vector<std::shared_ptr<TensorImpl>> leaves_of(const E& e) {
   std::vector<std::shared_ptr<TensorImpl>> out;
   for_each_leaf(e, [&](const auto& leaf) { out.push_back(leaf.impl); });
   return out;
 }
-
-// Every generated kernel of this file: run on the host shim, and compiled by NVRTC as one program per
-// architecture (each kernel is its own entry; ptxas reports each one's registers and spills).
-struct Kernels {
-  HostShim shim;
-  std::string program;
-  std::vector<std::string> entries;
-  std::vector<Case> cases;
-
-  cuda::KernelSource add(cuda::KernelSource k) {
-    shim.add(k);
-    program += k.source;
-    entries.push_back(k.entry);
-    return k;
-  }
-  std::string entry(std::string_view stem) const { return kiln::detail::cat(stem, "_", entries.size()); }
-};
 
 template <class T>
 void check_equal(const Tensor<T>& got_t, const Tensor<T>& want_t, double max_ulp, const std::string& label) {
@@ -79,24 +53,22 @@ void check_equal(const Tensor<T>& got_t, const Tensor<T>& want_t, double max_ulp
 
 // Forward: the kernel of e (the variant its operands need) against evaluating e on the CPU.
 template <class E>
-void add_forward(Kernels& ks, const std::string& label, const E& e, double max_ulp) {
+void add_forward(ShimSuite& ks, const std::string& label, const E& e, double max_ulp) {
   using R = typename E::value_type;
   const Shape shape = e.shape();
   const Tensor<R> out = zeros<R>(shape), want(e);
-  const cuda::KernelSource k =
-      ks.add(cuda::forward_kernel(e, cuda::choose_variant(e, shape, out.strides()), ks.entry("fwd")));
+  const cuda::KernelSource k = cuda::forward_kernel(e, cuda::choose_variant(e, shape, out.strides()), ks.entry("fwd"));
   const auto words = cuda::forward_descriptor(e, k, shape, {out.data_ptr(), out.strides()});
   const std::string what = label + " forward, " + k.variant.key();
-  ks.cases.push_back({what, k.entry, words, leaves_of(e), [=] { check_equal(out, want, max_ulp, what); }});
+  ks.add(what, k, words, [=, leaves = leaves_of(e)] { check_equal(out, want, max_ulp, what); });
 }
 
 // Backward of e over same-shape float leaves: each leaf's gradient against want(leaf, i), the op
 // table's derivative in float64 at element i.
 template <class E, class Want>
-void add_backward(Kernels& ks, const std::string& label, const E& e, const Tensor<float>& g, Want want) {
+void add_backward(ShimSuite& ks, const std::string& label, const E& e, const Tensor<float>& g, Want want) {
   const Shape shape = e.shape();
-  const cuda::KernelSource k =
-      ks.add(cuda::backward_kernel(e, cuda::choose_variant(e, shape, g.strides()), ks.entry("bwd")));
+  const cuda::KernelSource k = cuda::backward_kernel(e, cuda::choose_variant(e, shape, g.strides()), ks.entry("bwd"));
   std::vector<Tensor<float>> grads;
   std::vector<cuda::ArrayRef> refs;
   for (int i = 0; i < k.outputs; ++i) {
@@ -105,9 +77,7 @@ void add_backward(Kernels& ks, const std::string& label, const E& e, const Tenso
   }
   const auto words = cuda::backward_descriptor(e, k, shape, {g.data_ptr(), g.strides()}, refs);
   const std::string what = label + " backward, " + k.variant.key();
-  std::vector<std::shared_ptr<TensorImpl>> arrays = leaves_of(e);
-  arrays.push_back(g.impl_ptr());
-  ks.cases.push_back({what, k.entry, words, arrays, [=] {
+  ks.add(what, k, words, [=, leaves = leaves_of(e), incoming = g] {
                         for (size_t leaf = 0; leaf < grads.size(); ++leaf) {
                           const std::vector<float> got = grads[leaf].to_vector();
                           int bad = 0;
@@ -122,7 +92,7 @@ void add_backward(Kernels& ks, const std::string& label, const E& e, const Tenso
                           }
                           CHECK(bad == 0);
                         }
-                      }});
+                      });
 }
 
 // Inputs inside an op's domain: samples plus, for forward checks, the special values.
@@ -164,7 +134,7 @@ double allowed_ulp() {
 }
 
 template <class Op, class T>
-void add_unary(Kernels& ks) {
+void add_unary(ShimSuite& ks) {
   if constexpr (accepts<Op, T>()) {
     const std::string name = kiln::detail::cat(Op::name, " ", dtype_name(scalar_type_of<T>()));
     add_forward(ks, name, map<Op>(tensor<T>(inputs_for<T>(Op::info, 40, 1))), allowed_ulp<Op, T>());
@@ -175,7 +145,7 @@ void add_unary(Kernels& ks) {
 }
 
 template <class Op, class T>
-void add_binary(Kernels& ks) {
+void add_binary(ShimSuite& ks) {
   if constexpr (accepts<Op, T>()) {
     const std::string name = kiln::detail::cat(Op::name, " ", dtype_name(scalar_type_of<T>()));
     const size_t n = 40;
@@ -193,7 +163,7 @@ void add_binary(Kernels& ks) {
 
 // Backward of a unary and a binary op against the op's derivative in float64.
 template <class Op>
-void add_unary_backward(Kernels& ks) {
+void add_unary_backward(ShimSuite& ks) {
   if constexpr (ops::is_differentiable<Op>() && accepts<Op, float>()) {
     const std::vector<float> x = gradient_inputs(Op::info, 40, 7), g = domain_samples<float>(-1, 1, 40, 8);
     add_backward(ks, std::string(Op::name), map<Op>(tensor<float>(x)), tensor<float>(g), [=](size_t, size_t i) {
@@ -203,7 +173,7 @@ void add_unary_backward(Kernels& ks) {
   }
 }
 template <class Op>
-void add_binary_backward(Kernels& ks) {
+void add_binary_backward(ShimSuite& ks) {
   if constexpr (ops::is_differentiable<Op>() && accepts<Op, float>()) {
     const std::vector<float> a = gradient_inputs(Op::info, 40, 9), b = gradient_inputs(Op::info, 40, 10);
     const std::vector<float> g = domain_samples<float>(-1, 1, 40, 11);
@@ -217,7 +187,7 @@ void add_binary_backward(Kernels& ks) {
 }
 
 template <class Op>
-void add_unary_all(Kernels& ks) {
+void add_unary_all(ShimSuite& ks) {
   add_unary<Op, float>(ks);
   add_unary<Op, double>(ks);
   add_unary<Op, int32_t>(ks);
@@ -225,7 +195,7 @@ void add_unary_all(Kernels& ks) {
   add_unary_backward<Op>(ks);
 }
 template <class Op>
-void add_binary_all(Kernels& ks) {
+void add_binary_all(ShimSuite& ks) {
   add_binary<Op, float>(ks);
   add_binary<Op, double>(ks);
   add_binary<Op, int32_t>(ks);
@@ -240,7 +210,7 @@ Leaf<T> leaf(const Tensor<T>& t) {
 }
 
 // Expressions beyond single ops: bool operands, where, 16-bit storage, casts, a deep tree, 64 leaves.
-void add_expressions(Kernels& ks) {
+void add_expressions(ShimSuite& ks) {
   const Tensor<float> x = tensor<float>(domain_samples<float>(-4, 4, 48, 12)).reshape({6, 8});
   const Tensor<float> y = tensor<float>(domain_samples<float>(-4, 4, 8, 13));
   const Tensor<bool> p = x > 0, q = y < 1;
@@ -283,7 +253,7 @@ template <size_t... I>
 auto sum_of(const std::vector<Tensor<float>>& t, std::index_sequence<I...>) {
   return (... + Leaf<float>(t[I].impl_ptr()));
 }
-void add_many_leaves(Kernels& ks) {
+void add_many_leaves(ShimSuite& ks) {
   std::vector<Tensor<float>> leaves;
   for (int i = 0; i < 64; ++i) {
     Shape s = Shape::filled(8, 1);
@@ -301,17 +271,17 @@ void add_many_leaves(Kernels& ks) {
 #define KILN_ADD_UNARY(fn, Op) add_unary_all<ops::Op>(ks);
 #define KILN_ADD_BINARY(fn, Op) add_binary_all<ops::Op>(ks);
 
-// Built once: the kernels of every op and expression above, compiled by the host compiler.
-Kernels& kernels() {
-  static Kernels ks = [] {
-    Kernels ks;
+// Made once, for both test cases below: the kernels of every op and expression above.
+ShimSuite& kernels() {
+  static ShimSuite ks;
+  static const bool filled = [] {
     KILN_UNARY_OPS(KILN_ADD_UNARY)
     KILN_BINARY_OPS(KILN_ADD_BINARY)
     add_expressions(ks);
     add_many_leaves(ks);
-    ks.shim.build();
-    return ks;
+    return true;
   }();
+  (void)filled;
   return ks;
 }
 #undef KILN_ADD_UNARY
@@ -320,27 +290,14 @@ Kernels& kernels() {
 }  // namespace
 
 TEST_CASE("generated kernels, run on the host, give the CPU path's results") {
-  Kernels& ks = kernels();
-  MESSAGE(ks.cases.size(), " kernels");
-  CHECK(ks.cases.size() > 250);
-  for (const Case& c : ks.cases) {
-    INFO(c.label);
-    ks.shim.run(c.entry, c.words);
-    c.verify();
-  }
+  ShimSuite& ks = kernels();
+  MESSAGE(ks.runs(), " kernels");
+  CHECK(ks.runs() > 250);
+  ks.run_all();
 }
 
 TEST_CASE("generated kernels compile with NVRTC for sm_80 and sm_90 without register spills") {
-  Kernels& ks = kernels();
-  for (int arch : {80, 90}) {
-    const cuda::CompiledProgram p = cuda::Nvrtc::get().compile(ks.program, "op_kernels.cu", arch);
-    INFO("sm_", arch, ": ", p.log.substr(0, 2000));
-    CHECK(p.is_cubin);
-    CHECK(p.binary.substr(0, 4) == "\x7f" "ELF");
-    CHECK(p.spill_store_bytes() == 0);
-    // ptxas reports every entry, so each kernel was compiled.
-    for (const std::string& e : ks.entries) CHECK(p.log.find("Compiling entry function '" + e + "'") != std::string::npos);
-  }
+  kernels().check_nvrtc({80, 90}, "op_kernels.cu");
 }
 
 TEST_CASE("Adam's update as one generated kernel with three outputs follows kiln's Adam step after step") {

@@ -19,25 +19,6 @@ using namespace kiln::test;
 
 namespace {
 
-struct Run {
-  std::string label, entry;
-  std::vector<uint64_t> words;
-  std::function<void()> verify;  // holds the arrays the block points at
-};
-
-struct Suite {
-  HostShim shim;
-  std::string program;
-  std::vector<Run> runs;
-  std::string entry(std::string_view stem) const { return kiln::detail::cat(stem, "_", runs.size()); }
-  void add(const cuda::KernelSource& k, Run r) {
-    shim.add(k);
-    program += k.source;
-    r.entry = k.entry;
-    runs.push_back(std::move(r));
-  }
-};
-
 template <class T>
 Tensor<T> values(const Shape& shape, uint32_t seed) {
   const Tensor<double> x = tensor<double>(domain_samples<double>(-50, 50, size_t(numel_of(shape)), seed)).reshape(shape);
@@ -67,7 +48,7 @@ void expect_equal(const Tensor<T>& got, const Tensor<T>& want, const std::string
 
 // gather along each dim of a permuted [4, 5, 6] source, and scatter_add into it.
 template <class T>
-void add_gather_scatter(Suite& s) {
+void add_gather_scatter(ShimSuite& s) {
   const std::string name(dtype_name(scalar_type_of<T>()));
   const Tensor<T> src = values<T>({6, 4, 5}, 1).permute({1, 2, 0});  // [4, 5, 6], not contiguous
   for (int dim = 0; dim < 3; ++dim) {
@@ -80,12 +61,12 @@ void add_gather_scatter(Suite& s) {
     const auto words = cuda::index_descriptor(k, ishape, {out.data_ptr(), out.strides()}, {src.data_ptr(), src.strides()},
                                               {index.data_ptr(), index.strides()}, src.shape()[dim], error->data());
     const std::string label = kiln::detail::cat("gather ", name, " dim ", dim);
-    s.add(k, {label, "", words, [=] {
+    s.add(label, k, words, [=] {
                 CHECK((*error)[0] == 0);
                 expect_equal(out, want, label);
                 (void)src;
                 (void)index;
-              }});
+              });
 
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
                   std::is_same_v<T, int64_t>) {
@@ -97,18 +78,18 @@ void add_gather_scatter(Suite& s) {
                                               {add.data_ptr(), add.strides()}, {index.data_ptr(), index.strides()},
                                               src.shape()[dim], error->data());
       const std::string slabel = kiln::detail::cat("scatter_add ", name, " dim ", dim);
-      s.add(ks, {slabel, "", wsc, [=] {
+      s.add(slabel, ks, wsc, [=] {
                    CHECK((*error)[0] == 0);
                    expect_equal(result, expected, slabel, 1e-12);  // sums of the same terms, maybe in another order
                    (void)add;
                    (void)index;
-                 }});
+                 });
     }
   }
 }
 
 // index_select / embedding: a gather whose index is broadcast over the other dim (stride 0), as on the CPU.
-void add_embedding(Suite& s) {
+void add_embedding(ShimSuite& s) {
   const Tensor<float> weight = values<float>({10, 4}, 40);
   const Tensor<int64_t> ids = tensor<int64_t>({3, 0, 9, -1, 3, 7, -10});
   const Tensor<int64_t> index = ids.reshape({7, 1}).expand({7, 4});
@@ -118,17 +99,17 @@ void add_embedding(Suite& s) {
   const auto words = cuda::index_descriptor(k, {7, 4}, {out.data_ptr(), out.strides()},
                                             {weight.data_ptr(), weight.strides()}, {index.data_ptr(), index.strides()},
                                             10, error->data());
-  s.add(k, {"embedding rows", "", words, [=] {
+  s.add("embedding rows", k, words, [=] {
               CHECK((*error)[0] == 0);
               expect_equal(out, want, "embedding rows");
               (void)weight;
               (void)index;
-            }});
+            });
 }
 
 // argmax / argmin along each dim, with ties (the first wins) and NaN (counts as the extreme), against the CPU.
 template <class T>
-void add_arg(Suite& s) {
+void add_arg(ShimSuite& s) {
   const std::string name(dtype_name(scalar_type_of<T>()));
   Tensor<T> x = Tensor<double>(round(values<double>({4, 5, 6}, 50) / 10.0)).to<T>();  // many ties
   if constexpr (std::is_floating_point_v<T>) {
@@ -144,10 +125,10 @@ void add_arg(Suite& s) {
       const Tensor<int64_t> out = zeros<int64_t>(want.shape());
       const auto words = cuda::reduction_descriptor(leaf, k, x.shape(), {dim}, {out.data_ptr(), out.strides()});
       const std::string label = kiln::detail::cat(what, " ", name, " dim ", dim);
-      s.add(k, {label, "", words, [=] {
+      s.add(label, k, words, [=] {
                   expect_equal(out, want, label);
                   (void)x;
-                }});
+                });
     };
     add_one(std::integral_constant<cuda::Reduce, cuda::Reduce::ArgMax>{}, argmax(x, dim), "argmax");
     add_one(std::integral_constant<cuda::Reduce, cuda::Reduce::ArgMin>{}, argmin(x, dim), "argmin");
@@ -157,7 +138,7 @@ void add_arg(Suite& s) {
 }  // namespace
 
 TEST_CASE("gather, scatter_add, embedding, argmax and argmin kernels give the CPU's results and compile with NVRTC") {
-  Suite s;
+  ShimSuite s;
   add_gather_scatter<float>(s);
   add_gather_scatter<double>(s);
   add_gather_scatter<int32_t>(s);
@@ -168,17 +149,8 @@ TEST_CASE("gather, scatter_add, embedding, argmax and argmin kernels give the CP
   add_arg<float>(s);
   add_arg<double>(s);
   add_arg<int32_t>(s);
-  s.shim.build();
-  for (const Run& r : s.runs) {
-    INFO(r.label);
-    s.shim.run(r.entry, r.words);
-    r.verify();
-  }
-  for (int arch : {80, 90}) {
-    const cuda::CompiledProgram p = cuda::Nvrtc::get().compile(s.program, "index_kernels.cu", arch);
-    CHECK(p.spill_store_bytes() == 0);
-    for (const Run& r : s.runs) CHECK(p.log.find("Compiling entry function '" + r.entry + "'") != std::string::npos);
-  }
+  s.run_all();
+  s.check_nvrtc({80, 90}, "index_kernels.cu");
 }
 
 TEST_CASE("an index out of range is neither read nor written, and throws the CPU's error after the kernel") {

@@ -18,13 +18,6 @@ using namespace kiln::test;
 
 namespace {
 
-struct Run {
-  std::string label, entry;
-  std::vector<uint64_t> words;
-  std::vector<std::shared_ptr<TensorImpl>> arrays;  // what the block points at
-  std::function<void()> verify;
-};
-
 // A softmax's values: within 1e-6 (float) or 1e-13 (double) of the CPU's, relative to the value or 1.
 template <class T>
 bool close_softmax(T got, T want) {
@@ -44,16 +37,14 @@ bool close(T got, T want) {
 // Reduces e over dims with kernel kind R and compares with the CPU's `reference` result.
 // Runs kernel k (made for e over dims) and compares its output with the CPU's `reference` through `same`.
 template <class E, class Out, class Same>
-void add_kernel(HostShim& shim, std::string& program, std::vector<Run>& runs, const std::string& label,
-                const cuda::KernelSource& k, const E& e, const Dims& dims, const Tensor<Out>& reference, Same same) {
+void add_kernel(ShimSuite& s, const std::string& label, const cuda::KernelSource& k, const E& e, const Dims& dims,
+                const Tensor<Out>& reference, Same same) {
   const Shape in = e.shape();
-  shim.add(k);
-  program += k.source;
   const Tensor<Out> out = full<Out>(reference.shape(), Out(77));
   std::vector<std::shared_ptr<TensorImpl>> arrays;
   for_each_leaf(e, [&](const auto& leaf) { arrays.push_back(leaf.impl); });
   const auto words = cuda::reduction_descriptor(e, k, in, dims, {out.data_ptr(), out.strides()});
-  runs.push_back({label + " over " + kiln::detail::cat(dims), k.entry, words, arrays, [=] {
+  s.add(label + " over " + kiln::detail::cat(dims), k, words, [=] {
                     const std::vector<Out> got = out.to_vector(), want = reference.to_vector();
                     REQUIRE(got.size() == want.size());
                     for (size_t i = 0; i < got.size(); ++i) {
@@ -61,21 +52,20 @@ void add_kernel(HostShim& shim, std::string& program, std::vector<Run>& runs, co
                            +compute_t<Out>(want[i]));
                       CHECK(same(got[i], want[i]));
                     }
-                  }});
+                    (void)arrays;
+                  });
 }
 
 template <cuda::Reduce R, class E, class Out>
-void add(HostShim& shim, std::string& program, std::vector<Run>& runs, const std::string& label, const E& e,
-         const Dims& dims, const Tensor<Out>& reference) {
-  const auto k = cuda::reduction_kernel<R>(e, cuda::reduction_variant(e.shape(), dims), kiln::detail::cat("red_", runs.size()));
-  add_kernel(shim, program, runs, label, k, e, dims, reference, [](Out a, Out b) { return close(a, b); });
+void add(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, const Tensor<Out>& reference) {
+  const auto k = cuda::reduction_kernel<R>(e, cuda::reduction_variant(e.shape(), dims), s.entry("red"));
+  add_kernel(s, label, k, e, dims, reference, [](Out a, Out b) { return close(a, b); });
 }
 
 template <bool kLog, class E, class Out>
-void add_softmax(HostShim& shim, std::string& program, std::vector<Run>& runs, const std::string& label, const E& e,
-                 int64_t dim, const Tensor<Out>& reference) {
-  const auto k = cuda::softmax_kernel<kLog>(e, cuda::reduction_variant(e.shape(), {dim}), kiln::detail::cat("sm_", runs.size()));
-  add_kernel(shim, program, runs, label, k, e, {dim}, reference, [](Out a, Out b) { return close_softmax(a, b); });
+void add_softmax(ShimSuite& s, const std::string& label, const E& e, int64_t dim, const Tensor<Out>& reference) {
+  const auto k = cuda::softmax_kernel<kLog>(e, cuda::reduction_variant(e.shape(), {dim}), s.entry("softmax"));
+  add_kernel(s, label, k, e, {dim}, reference, [](Out a, Out b) { return close_softmax(a, b); });
 }
 
 template <class T>
@@ -86,7 +76,7 @@ Tensor<T> sample(const Shape& shape, uint32_t seed) {
 }
 
 template <class T>
-void add_dtype(HostShim& shim, std::string& program, std::vector<Run>& runs) {
+void add_dtype(ShimSuite& s) {
   using C = compute_t<T>;
   const std::string name(dtype_name(scalar_type_of<T>()));
   // [4, 5, 6] read through a permutation, times a broadcast row, plus a scalar: one pass per output.
@@ -94,15 +84,15 @@ void add_dtype(HostShim& shim, std::string& program, std::vector<Run>& runs) {
   const Tensor<T> y = sample<T>({6}, 2);
   const auto e = x * y + C(1);
   for (const Dims& dims : {Dims{1}, Dims{0, 2}, Dims{2}, Dims{0, 1, 2}}) {
-    add<cuda::Reduce::Sum>(shim, program, runs, "sum " + name, e, dims, sum(e, dims));
-    add<cuda::Reduce::Max>(shim, program, runs, "amax " + name, e, dims, amax(e, dims));
-    add<cuda::Reduce::Min>(shim, program, runs, "amin " + name, e, dims, amin(e, dims));
-    if constexpr (is_floating_v<T>) add<cuda::Reduce::Mean>(shim, program, runs, "mean " + name, e, dims, mean(e, dims));
+    add<cuda::Reduce::Sum>(s, "sum " + name, e, dims, sum(e, dims));
+    add<cuda::Reduce::Max>(s, "amax " + name, e, dims, amax(e, dims));
+    add<cuda::Reduce::Min>(s, "amin " + name, e, dims, amin(e, dims));
+    if constexpr (is_floating_v<T>) add<cuda::Reduce::Mean>(s, "mean " + name, e, dims, mean(e, dims));
   }
   if constexpr (std::is_floating_point_v<T>) {
     for (int64_t dim : {0, 1, 2}) {
-      add_softmax<false>(shim, program, runs, "softmax " + name, e, dim, softmax(e, dim));
-      add_softmax<true>(shim, program, runs, "log_softmax " + name, e, dim, log_softmax(e, dim));
+      add_softmax<false>(s, "softmax " + name, e, dim, softmax(e, dim));
+      add_softmax<true>(s, "log_softmax " + name, e, dim, log_softmax(e, dim));
     }
   }
 }
@@ -110,14 +100,12 @@ void add_dtype(HostShim& shim, std::string& program, std::vector<Run>& runs) {
 }  // namespace
 
 TEST_CASE("generated reductions and softmax give the CPU's results, and compile with NVRTC") {
-  HostShim shim;
-  std::string program;
-  std::vector<Run> runs;
-  add_dtype<float>(shim, program, runs);
-  add_dtype<double>(shim, program, runs);
-  add_dtype<int32_t>(shim, program, runs);
-  add_dtype<int64_t>(shim, program, runs);
-  add_dtype<bfloat16>(shim, program, runs);
+  ShimSuite s;
+  add_dtype<float>(s);
+  add_dtype<double>(s);
+  add_dtype<int32_t>(s);
+  add_dtype<int64_t>(s);
+  add_dtype<bfloat16>(s);
 
   // NaN propagates through amax/amin (wherever it is in the row), as on the CPU.
   std::vector<float> v = domain_samples<float>(-1, 1, 24, 3);
@@ -125,29 +113,20 @@ TEST_CASE("generated reductions and softmax give the CPU's results, and compile 
   v[18] = std::numeric_limits<float>::quiet_NaN();
   const Tensor<float> with_nan = tensor<float>(v).reshape({4, 6});
   const Leaf<float> leaf(with_nan.impl_ptr());
-  add<cuda::Reduce::Max>(shim, program, runs, "amax with NaN", leaf, Dims{1}, amax(with_nan, 1));
-  add<cuda::Reduce::Min>(shim, program, runs, "amin with NaN", leaf, Dims{0}, amin(with_nan, 0));
+  add<cuda::Reduce::Max>(s, "amax with NaN", leaf, Dims{1}, amax(with_nan, 1));
+  add<cuda::Reduce::Min>(s, "amin with NaN", leaf, Dims{0}, amin(with_nan, 0));
   // Rows with NaN, +inf, all -inf: NaN rows; the others exact.
   std::vector<float> w = domain_samples<float>(-1, 1, 16, 4);
   w[1] = std::numeric_limits<float>::quiet_NaN();
   w[6] = std::numeric_limits<float>::infinity();
   for (int i = 8; i < 12; ++i) w[size_t(i)] = -std::numeric_limits<float>::infinity();
   const Tensor<float> specials = tensor<float>(w).reshape({4, 4});
-  add_softmax<false>(shim, program, runs, "softmax of special rows", Leaf<float>(specials.impl_ptr()), 1, softmax(specials, 1));
-  add_softmax<true>(shim, program, runs, "log_softmax of special rows", Leaf<float>(specials.impl_ptr()), 1,
+  add_softmax<false>(s, "softmax of special rows", Leaf<float>(specials.impl_ptr()), 1, softmax(specials, 1));
+  add_softmax<true>(s, "log_softmax of special rows", Leaf<float>(specials.impl_ptr()), 1,
                     log_softmax(specials, 1));
 
-  shim.build();
-  for (const Run& r : runs) {
-    INFO(r.label);
-    shim.run(r.entry, r.words);
-    r.verify();
-  }
-  for (int arch : {80, 90}) {
-    const cuda::CompiledProgram p = cuda::Nvrtc::get().compile(program, "reductions.cu", arch);
-    CHECK(p.spill_store_bytes() == 0);
-    for (const Run& r : runs) CHECK(p.log.find("Compiling entry function '" + r.entry + "'") != std::string::npos);
-  }
+  s.run_all();
+  s.check_nvrtc({80, 90}, "reductions.cu");
 }
 
 TEST_CASE("a reduction's variant: kept and reduced dims, 64-bit indices for large inputs") {
