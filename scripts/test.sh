@@ -1,8 +1,8 @@
 #!/bin/bash
 # kiln's test command (README.md, .ci/run): on a fresh Debian 12 machine as root it installs what is
 # missing with apt-get, then runs every build of docs/ci.md:
-#   (a) default build: release, -O2, simd_target=native, with examples and benchmarks (built, not run);
-#       the doctest suite (meson test: suite unit and any other test but compile_fail/compile_time)
+#   (a) default build: release, -O2, simd_target=native, with examples (and the benchmarks, built, not run, when
+#       KILN_CI_BENCH=1); the doctest suite (meson test: suite unit and any other test but compile_fail/compile_time)
 #   (b) AddressSanitizer + UndefinedBehaviorSanitizer at -O1 (kiln_tests' own files at -O0; UBSan without its
 #       alignment and null checks: docs/ci.md); the same suite
 #   (c) a second SIMD target per KILN_SECOND_TARGETS (default ssse3: 4 lanes, no FMA, emulated masks; the
@@ -13,13 +13,15 @@
 # cases of every run plus the script checks. Exits non-zero when anything failed.
 #
 # Environment: KILN_CI_DIR (build directories, default build-ci), KILN_SECOND_TARGETS (any of ssse3,
-# avx2, avx3, scalar, space-separated; empty to skip), KILN_CI_STEPS (letters of the steps, default abcde).
+# avx2, avx3, scalar, space-separated; empty to skip), KILN_CI_STEPS (letters of the steps, default abcde),
+# KILN_CI_BENCH=1 (also build the benchmarks in (a): about 4 more CPU minutes).
 set -u -o pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 ci_dir=${KILN_CI_DIR:-build-ci}
 second_targets=${KILN_SECOND_TARGETS-ssse3}
 steps=${KILN_CI_STEPS:-abcde}
+bench=$([[ ${KILN_CI_BENCH:-0} == 1 ]] && echo enabled || echo disabled)
 t_start=$(date +%s)
 total_passed=0
 total_failed=0
@@ -123,9 +125,9 @@ run_tests() {
 if [[ $steps == *a* ]]; then
   begin_step a "default build (release, -O2, simd_target=native) + doctest suite"
   d=$ci_dir/default
-  # Builds everything: the suite, the examples and (compiled, not run) the benchmarks.
+  # Builds everything: the suite, the examples and, with KILN_CI_BENCH=1, the benchmarks (compiled, not run).
   if configure "$d" -Dbuildtype=release -Doptimization=2 -Dsimd_target=native -Dtests=enabled \
-       -Dexamples=enabled -Dbench=enabled && build "$d"; then
+       -Dexamples=enabled -Dbench="$bench" && build "$d"; then
     run_tests "$d" "" --no-suite compile_fail --no-suite compile_time
   else
     add_counts 0 1
