@@ -118,7 +118,7 @@ void add_arg(ShimSuite& s) {
   }
   const Leaf<T> leaf(x.impl_ptr());
   for (int64_t dim = 0; dim < 3; ++dim) {
-    const cuda::ReductionVariant v = cuda::reduction_variant(x.shape(), {dim});
+    const cuda::ReductionVariant v = cuda::reduction_variant(x.shape(), {dim}, leaf);
     const auto add_one = [&](auto kind_constant, const Tensor<int64_t>& want, const char* what) {
       constexpr cuda::Reduce kind = decltype(kind_constant)::value;
       const auto k = cuda::reduction_kernel<kind>(leaf, v, s.entry(what));

@@ -58,13 +58,13 @@ void add_kernel(ShimSuite& s, const std::string& label, const cuda::KernelSource
 
 template <cuda::Reduce R, class E, class Out>
 void add(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, const Tensor<Out>& reference) {
-  const auto k = cuda::reduction_kernel<R>(e, cuda::reduction_variant(e.shape(), dims), s.entry("red"));
+  const auto k = cuda::reduction_kernel<R>(e, cuda::reduction_variant(e.shape(), dims, e), s.entry("red"));
   add_kernel(s, label, k, e, dims, reference, [](Out a, Out b) { return close(a, b); });
 }
 
 template <bool kLog, class E, class Out>
 void add_softmax(ShimSuite& s, const std::string& label, const E& e, int64_t dim, const Tensor<Out>& reference) {
-  const auto k = cuda::softmax_kernel<kLog>(e, cuda::reduction_variant(e.shape(), {dim}), s.entry("softmax"));
+  const auto k = cuda::softmax_kernel<kLog>(e, cuda::reduction_variant(e.shape(), {dim}, e), s.entry("softmax"));
   add_kernel(s, label, k, e, {dim}, reference, [](Out a, Out b) { return close_softmax(a, b); });
 }
 
@@ -133,6 +133,11 @@ TEST_CASE("a reduction's variant: kept and reduced dims, 64-bit indices for larg
   CHECK(cuda::reduction_variant({4, 5, 6}, {1}).key() == "reduce2x1_i32");
   CHECK(cuda::reduction_variant({4, 5, 6}, {0, 1, 2}).key() == "reduce0x3_i32");
   CHECK_FALSE(cuda::reduction_variant({int64_t(1) << 20, 4096}, {1}).index32);
+  // Eight elements, but a leaf whose strides reach past 2^31 in its storage (no data is touched).
+  auto wide = std::make_shared<TensorImpl>(*zeros<float>({1}).impl_ptr());
+  wide->shape = {4, 2};
+  wide->strides = {int64_t(1) << 30, 1};
+  CHECK_FALSE(cuda::reduction_variant({4, 2}, {1}, Leaf<float>(wide)).index32);
 }
 
 }  // namespace test_cuda_null_reduction

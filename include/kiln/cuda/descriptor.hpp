@@ -36,6 +36,27 @@ void for_each_scalar(const Map<Op, A...>& m, F&& f) {
   apply_args(m.args, [&](const auto&... a) { (for_each_scalar(a, f), ...); });
 }
 
+// Whether every index and offset up to `reach` fits in int, with room for one grid-stride step past the end
+// (2^26 threads).
+inline bool fits_index32(int64_t reach) { return reach < (int64_t(1) << 31) - (int64_t(1) << 26); }
+
+// The largest offset the trees' leaves reach in their storage (at least `reach`).
+template <Expression... E>
+int64_t leaf_reach(int64_t reach, const E&... e) {
+  [[maybe_unused]] const auto visit = [&](const auto& leaf) {
+    reach = std::max(reach, max_offset(leaf.impl->shape, leaf.impl->strides));
+  };
+  (for_each_leaf(e, visit), ...);
+  return reach;
+}
+
+// The block as built, checked against the size the kernel's struct has.
+inline std::vector<uint64_t> checked_block(std::vector<uint64_t> w, const KernelSource& k) {
+  check<std::logic_error>(w.size() * 8 == k.descriptor_bytes, "kiln::cuda: descriptor of ", k.entry, " has ",
+                          w.size() * 8, " bytes, the kernel expects ", k.descriptor_bytes);
+  return w;
+}
+
 inline uint64_t word_of(const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
 inline uint64_t word_of(int64_t v) { return uint64_t(v); }
 inline uint64_t word_of(double v) {
@@ -83,9 +104,7 @@ std::vector<uint64_t> descriptor(const KernelSource& k, const Shape& shape, cons
   arrays(outputs);
   arrays(inputs);
   append_scalars(w, e...);
-  check<std::logic_error>(w.size() * 8 == k.descriptor_bytes, "kiln::cuda: descriptor of ", k.entry, " has ",
-                          w.size() * 8, " bytes, the kernel expects ", k.descriptor_bytes);
-  return w;
+  return checked_block(std::move(w), k);
 }
 
 }  // namespace detail
@@ -103,12 +122,9 @@ KernelVariant choose_variant(const Shape& shape, const std::vector<Strides>& out
   }
   const auto visit = [&](const auto& leaf) {
     contiguous = contiguous && leaf.impl->shape == shape && leaf.impl->is_contiguous();
-    reach = std::max(reach, detail::max_offset(leaf.impl->shape, leaf.impl->strides));
   };
   (for_each_leaf(e, visit), ...);
-  // Room for one grid-stride step past the end (2^26 threads) in int.
-  const bool index32 = reach < (int64_t(1) << 31) - (int64_t(1) << 26);
-  return {contiguous, contiguous ? 0 : shape.size(), index32};
+  return {contiguous, contiguous ? 0 : shape.size(), detail::fits_index32(detail::leaf_reach(reach, e...))};
 }
 template <Expression E>
 KernelVariant choose_variant(const E& e, const Shape& shape, const Strides& out_strides) {

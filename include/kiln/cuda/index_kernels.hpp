@@ -88,9 +88,7 @@ inline std::vector<uint64_t> index_descriptor(const KernelSource& k, const Shape
   }
   w.push_back(detail::word_of(limit));
   w.push_back(detail::word_of(static_cast<const void*>(error)));
-  check<std::logic_error>(w.size() * 8 == k.descriptor_bytes, "kiln::cuda: descriptor of ", k.entry, " has ",
-                          w.size() * 8, " bytes, the kernel expects ", k.descriptor_bytes);
-  return w;
+  return detail::checked_block(std::move(w), k);
 }
 
 // Throws what the CPU path throws if the kernel recorded an index out of range.

@@ -155,10 +155,12 @@ KernelSource softmax_kernel(const E& e, const ReductionVariant& v, std::string e
   return k;
 }
 
-// The variant for reducing a tensor of shape `in` over `dims`.
-inline ReductionVariant reduction_variant(const Shape& in, const Dims& dims) {
+// The variant for reducing an expression e... of shape `in` over `dims`: 32-bit indices when every element index
+// and every offset its leaves reach fits.
+template <Expression... E>
+ReductionVariant reduction_variant(const Shape& in, const Dims& dims, const E&... e) {
   const int reduced = dims.size();
-  return {in.size() - reduced, reduced, numel_of(in) < (int64_t(1) << 31) - (int64_t(1) << 26)};
+  return {in.size() - reduced, reduced, detail::fits_index32(detail::leaf_reach(numel_of(in), e...))};
 }
 
 // The block for reduction_kernel (out: strides over the kept dims) or softmax_kernel (out: e's shape).
@@ -192,9 +194,7 @@ std::vector<uint64_t> reduction_descriptor(const E& e, const KernelSource& k, co
   });
   for (const Strides& s : strides) permuted(s, w);
   detail::append_scalars(w, e);
-  check<std::logic_error>(w.size() * 8 == k.descriptor_bytes, "kiln::cuda: descriptor of ", k.entry, " has ",
-                          w.size() * 8, " bytes, the kernel expects ", k.descriptor_bytes);
-  return w;
+  return detail::checked_block(std::move(w), k);
 }
 
 }  // namespace kiln::cuda
