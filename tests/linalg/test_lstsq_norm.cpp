@@ -60,13 +60,15 @@ TEST_CASE("linalg::lstsq: the minimum-norm solution of underdetermined and rank-
     CAPTURE(driver);
     CHECK(max_diff(matrix(linalg::lstsq(A, b, std::nullopt, driver).solution), expected) < 1e-12);
   }
-  // Two equal columns: rank 1, and the minimum-norm solution splits the weight evenly.
-  const Tensor<float> dup = tensor_of<float>({3, 2}, {1, 1, 2, 2, 3, 3});
-  const auto r = linalg::lstsq(dup, tensor_of<float>({3}, {2, 4, 6}));
+  // Two equal columns: rank 1, and the minimum-norm solution splits the weight evenly. In double, as every lstsq
+  // call of the suite: lstsq<float> would compile Eigen's SVD and complete orthogonal decomposition a second time
+  // (80 s of CPU at -O2), and float differs only in the default rcond, eps(T) * max(m, n), one line for both.
+  const Tensor<double> dup = tensor_of<double>({3, 2}, {1, 1, 2, 2, 3, 3});
+  const auto r = linalg::lstsq(dup, tensor_of<double>({3}, {2, 4, 6}));
   CHECK(r.rank.item() == 1);
-  CHECK(values_of(r.solution)[0] == doctest::Approx(1.0).epsilon(1e-5));
-  CHECK(values_of(r.solution)[1] == doctest::Approx(1.0).epsilon(1e-5));
-  CHECK(linalg::lstsq(dup, tensor_of<float>({3}, {2, 4, 6}), std::nullopt, "gelsd").residuals.numel() == 0);  // rank-deficient
+  CHECK(values_of(r.solution)[0] == doctest::Approx(1.0).epsilon(1e-12));
+  CHECK(values_of(r.solution)[1] == doctest::Approx(1.0).epsilon(1e-12));
+  CHECK(linalg::lstsq(dup, tensor_of<double>({3}, {2, 4, 6}), std::nullopt, "gelsd").residuals.numel() == 0);  // rank-deficient
 }
 
 TEST_CASE("linalg vector and matrix norms: closed forms, dims, keepdim, torch.linalg.norm's dispatch") {
