@@ -29,11 +29,15 @@ struct MultiheadAttentionOptions {
   MultiheadAttentionOptions& vdim(int64_t d) { vdim_ = d; return *this; }
 };
 
-class MultiheadAttentionImpl : public Module {
+// A class template (instantiated as MultiheadAttentionImpl) so that its code, which compiles the attention kernels,
+// is compiled only where a program uses the module, not in every translation unit that includes the header (3.6 s:
+// docs/performance.md).
+template <class = void>
+class MultiheadAttentionImplT : public Module {
  public:
-  MultiheadAttentionImpl(int64_t embed_dim, int64_t num_heads)
-      : MultiheadAttentionImpl(MultiheadAttentionOptions(embed_dim, num_heads)) {}
-  explicit MultiheadAttentionImpl(const MultiheadAttentionOptions& o)
+  MultiheadAttentionImplT(int64_t embed_dim, int64_t num_heads)
+      : MultiheadAttentionImplT(MultiheadAttentionOptions(embed_dim, num_heads)) {}
+  explicit MultiheadAttentionImplT(const MultiheadAttentionOptions& o)
       : Module("MultiheadAttention"), options(o), kdim_(o.kdim_ ? o.kdim_ : o.embed_dim), vdim_(o.vdim_ ? o.vdim_ : o.embed_dim) {
     const int64_t e = o.embed_dim;
     check<std::invalid_argument>(e > 0 && o.num_heads > 0 && e % o.num_heads == 0, "MultiheadAttention: embed_dim ", e,
@@ -161,6 +165,7 @@ class MultiheadAttentionImpl : public Module {
     return {finish(functional::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal && !mask.defined())), {}};
   }
 };
+using MultiheadAttentionImpl = MultiheadAttentionImplT<>;
 KILN_MODULE(MultiheadAttention);
 
 }  // namespace kiln::nn

@@ -206,9 +206,13 @@ struct Conv2dOptions {
 };
 
 // Weight and bias uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)], fan_in = Cin / groups * kh * kw (PyTorch's default).
-class Conv2dImpl : public Module {
+// A class template (instantiated as Conv2dImpl) so that its code, which compiles the convolution's kernels, is
+// compiled only where a program uses the module, not in every translation unit that includes the header (2.7 s:
+// docs/performance.md).
+template <class = void>
+class Conv2dImplT : public Module {
  public:
-  explicit Conv2dImpl(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
+  explicit Conv2dImplT(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
     check<std::invalid_argument>(o.in_channels % o.groups_ == 0 && o.out_channels % o.groups_ == 0,
                                  "Conv2d: channels ", o.in_channels, " -> ", o.out_channels, " do not split into ",
                                  o.groups_, " groups");
@@ -218,7 +222,7 @@ class Conv2dImpl : public Module {
                                                                  o.kernel_size[0], o.kernel_size[1]}), -bound, bound));
     if (o.bias_) bias = register_parameter("bias", uniform_(empty<float>({o.out_channels}), -bound, bound));
   }
-  Conv2dImpl(int64_t in, int64_t out, int64_t kernel) : Conv2dImpl(Conv2dOptions(in, out, kernel)) {}
+  Conv2dImplT(int64_t in, int64_t out, int64_t kernel) : Conv2dImplT(Conv2dOptions(in, out, kernel)) {}
   Tensor<float> forward(const Tensor<float>& x) override {
     return functional::conv2d(x, weight, bias, options.stride_, options.padding_, options.dilation_, options.groups_);
   }
@@ -230,6 +234,7 @@ class Conv2dImpl : public Module {
   Conv2dOptions options;
   Tensor<float> weight, bias;
 };
+using Conv2dImpl = Conv2dImplT<>;
 KILN_MODULE(Conv2d);
 
 }  // namespace kiln::nn

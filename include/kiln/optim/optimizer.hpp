@@ -162,7 +162,11 @@ class Optimizer {
     check<std::invalid_argument>(it != state.end(), "optimizer load_state_dict: missing key \"", key, "\"");
     check<ShapeError>(it->second.numel() == 1, "optimizer load_state_dict: \"", key, "\" must hold one value, got shape ",
                       it->second.shape());
-    return it->second.to(ScalarType::Double).template as<double>().reshape({}).item();
+    // The one element read as it is stored (not through AnyTensor::to, which would compile 49 conversions).
+    return detail::dispatch_dtype(it->second.dtype(), [&](auto tag) {
+      return double(static_cast<compute_t<typename decltype(tag)::type>>(
+          *static_cast<const typename decltype(tag)::type*>(it->second.data_ptr())));
+    });
   }
   bool is_group_key(const std::string& key) const {
     for (size_t g = 0; g < groups_.size(); ++g)
