@@ -3,8 +3,8 @@
 # missing with apt-get, then runs every build of docs/ci.md:
 #   (a) default build: release, -O2, simd_target=native, with examples (and the benchmarks, built, not run, when
 #       KILN_CI_BENCH=1); the doctest suite (meson test: suite unit and any other test but compile_fail/compile_time)
-#   (b) AddressSanitizer + UndefinedBehaviorSanitizer at -O1 (kiln_tests' own files at -O0; UBSan without its
-#       alignment and null checks: docs/ci.md); the same suite
+#   (b) AddressSanitizer + UndefinedBehaviorSanitizer at -O1 (the test files at -O0 but tests/cpu/test_gemm.cpp;
+#       UBSan without its alignment, null and pointer-overflow checks: docs/ci.md); the same suite
 #   (c) a second SIMD target per KILN_SECOND_TARGETS (default ssse3: 4 lanes, no FMA, emulated masks; the
 #       native build has 16): the op, expression, tensor and cpu tests (kiln_simd_tests, --suite simd)
 #   (d) compile-fail cases and the compile-time budget (in the default build)
@@ -141,7 +141,7 @@ if [[ $steps == *b* ]]; then
   d=$ci_dir/asan
   if configure "$d" -Doptimization=1 -Ddebug=false -Db_ndebug=false \
        -Db_sanitize=address,undefined -Db_lundef=false \
-       "-Dcpp_args=['-g1','-fno-omit-frame-pointer','-fno-sanitize-recover=all','-fno-sanitize=alignment,null']" \
+       "-Dcpp_args=['-g1','-fno-omit-frame-pointer','-fno-sanitize-recover=all','-fno-sanitize=alignment,null,pointer-overflow']" \
        -Dsimd_target=native -Dtests=enabled -Dexamples=disabled -Dbench=disabled &&
      build "$d"; then
     # meson test sets ASAN_OPTIONS/UBSAN_OPTIONS (halt and abort on error) unless they are set.

@@ -150,7 +150,10 @@ class ModelServer {
       res.status = 500;
       res.set_content(json_error(message_of(error)), "application/json");
     });
-    http_.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics_.count_response(res.status); });
+    // Counted after routing and before the answer is written (httplib's logger runs after it is sent): a client that
+    // has its answer finds it in /metrics. httplib calls this for its own error answers (400, 404, 413) too.
+    http_.set_post_routing_handler(
+        [this](const httplib::Request&, httplib::Response& res) { metrics_.count_response(res.status); });
   }
 
   std::string httplib_error_message(const httplib::Request& req, int status) const {

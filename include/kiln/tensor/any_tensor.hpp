@@ -4,6 +4,7 @@
 //   AnyTensor a = t;                       // any Tensor<T>, implicitly
 //   Tensor<float> f = a.as<float>();       // checked: DTypeError when a holds another dtype
 //   a.visit([](const auto& t) { ... });    // t is the Tensor<T> of a's dtype
+#include <concepts>
 #include <memory>
 #include <ostream>
 #include <stdexcept>
