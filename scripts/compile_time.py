@@ -8,9 +8,9 @@ Usage: scripts/compile_time.py LIMITS.md TU.cpp -- COMPILER [FLAGS...]
 pkg-config's cflags for libhwy and eigen3 are appended to FLAGS. The limits were set on one machine; CI's may be
 slower or faster, so each limit is scaled by the time of a yardstick translation unit that includes nothing of
 kiln (reference.cpp beside TU.cpp, the fastest of two compiles; with KILN_REFERENCE_CACHE=FILE, a measurement
-saved there in the last 15 minutes with the same compiler and flags is reused) over its time recorded in the table. When the
-first try is over the limit (by less than half of it) it tries twice more and keeps the fastest, so one burst of
-load does not fail the check; a real regression fails all three.
+saved there in the last 15 minutes with the same compiler and flags is reused) over its time recorded in the
+table. When the first try is over the limit (by less than half of it) it tries twice more and keeps the fastest,
+so one burst of load does not fail the check; a real regression fails all three.
 """
 import json
 import os
