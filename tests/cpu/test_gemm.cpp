@@ -376,4 +376,42 @@ TEST_CASE("gemm: one product split across threads, by columns and by rows, uneve
   });
 }
 
+// Products with 2 to 12 columns (or rows) of C and long rows of A run in kiln/cpu/gemm_narrow.hpp's kernel
+// instead of Eigen's GEMM (narrow_pays): every layout, row counts that are not a multiple of its 4-row block,
+// K with a tail shorter than a vector, and the same bits for 1 and 2 threads.
+TEST_CASE_TEMPLATE("gemm: few columns (or rows) of C through the narrow kernel", T, float, double) {
+  std::mt19937 rng(8);
+  struct Size { int64_t M, N, K; };
+  const Size sizes[] = {{301, 2, 263}, {258, 4, 300}, {97, 12, 1001}, {3, 130, 517}, {4, 5, 5}};
+  int failures = 0;
+  for (auto s : sizes)
+    for (auto la : kOperandLayouts)
+      for (auto lb : kOperandLayouts)
+        for (auto lc : {Layout::Row, Layout::Col, Layout::Strided})
+          for (auto [alpha, beta] : {std::pair<double, double>{1, 0}, {-0.5, 2}}) {
+            std::string r = run_case<T>(s.M, s.N, s.K, la, lb, lc, T(alpha), T(beta), rng);
+            if (!r.empty() && failures++ < 3) FAIL_CHECK(r);
+          }
+  CHECK(failures == 0);
+#ifdef _OPENMP
+  // Threads split the rows in whole blocks: the output does not depend on their number.
+  const int saved = omp_get_max_threads();
+  for (auto s : {Size{1003, 3, 2000}, Size{515, 9, 700}}) {
+    CAPTURE(s.M);
+    Mat<T> A(s.M, s.K, Layout::Row), B(s.K, s.N, Layout::Col);
+    fill_random(A, rng);
+    fill_random(B, rng);
+    std::vector<std::vector<T>> out;
+    for (int t : {1, 2}) {
+      omp_set_num_threads(t);
+      Mat<T> C(s.M, s.N, Layout::Row);
+      gemm<T>(s.M, s.N, s.K, A.data(), A.rs, A.cs, B.data(), B.rs, B.cs, C.data(), C.rs, C.cs);
+      out.push_back(C.buf);
+    }
+    CHECK(out[0] == out[1]);
+  }
+  omp_set_num_threads(saved);
+#endif
+}
+
 }  // namespace test_cpu_gemm

@@ -79,6 +79,19 @@ TEST_CASE("batch_norm: batch statistics in training, running statistics updated 
   // Eval: (x - running_mean) / sqrt(running_var + eps).
   const Tensor<double> e = F::batch_norm(x, rm, rv);
   CHECK(e[1][1][2].item() == doctest::Approx((x[1][1][2].item() - rm[1].item()) / std::sqrt(rv[1].item() + 1e-5)));
+  // Eval with an affine (one pass with a per-channel scale and shift): every element against the float64
+  // formula, and the gradients of x, weight and bias by gradcheck.
+  const Tensor<double> w = sample({2}, 12), b = sample({2}, 13);
+  const std::vector<double> ev = F::batch_norm(x, rm, rv, w, b).contiguous().to_vector();
+  for (int64_t i = 0; i < 24; ++i) {
+    const int64_t c = (i / 3) % 2;
+    const double ref = (in[size_t(i)] - rm[c].item()) / std::sqrt(rv[c].item() + 1e-5) * w[c].item() + b[c].item();
+    CHECK(ev[size_t(i)] == doctest::Approx(ref).epsilon(1e-12));
+  }
+  const auto re = autograd::gradcheck([&](const Inputs& v) { return F::batch_norm(v[0], rm, rv, v[1], v[2]); },
+                                      {x, w, b});
+  INFO(re.message);
+  CHECK(re.ok);
   const auto r = autograd::gradcheck(
       [](const Inputs& v) { return F::batch_norm(v[0], Tensor<double>(), Tensor<double>(), v[1], v[2], true); },
       {x, sample({2}, 7), sample({2}, 8)});

@@ -1,4 +1,5 @@
-// kiln/cpu/gemm.hpp: matrix products on raw strided memory, through Eigen's GEMM.
+// kiln/cpu/gemm.hpp: matrix products on raw strided memory, through Eigen's GEMM (and kiln's own kernel for
+// products with a few columns: kiln/cpu/gemm_narrow.hpp).
 //
 // This is the layer under matmul/mm/bmm: the Tensor layer passes data pointers and strides (in elements),
 // nothing here knows about tensors. Kept out of the headers that elementwise users include (Eigen's product
@@ -43,6 +44,8 @@
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
 
+#include "kiln/cpu/gemm_narrow.hpp"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -71,22 +74,28 @@ template <class T> inline bool col_major(const View<T>& v) {
   return (v.rows <= 1 || v.rs == 1) && (v.cols <= 1 || v.cs > 0);
 }
 
+// A contiguous column-major copy of v in buf.
+template <class T>
+inline View<const T> column_major_copy(View<const T> v, Buffer<const T>& buf) {
+  buf.reset(new std::remove_const_t<T>[v.rows * v.cols]);
+  auto* out = buf.get();
+  for (int64_t j = 0; j < v.cols; ++j)
+    for (int64_t i = 0; i < v.rows; ++i) *out++ = v.data[i * v.rs + j * v.cs];
+  return {buf.get(), v.rows, v.cols, 1, std::max<int64_t>(v.rows, 1)};
+}
+
 // Returns a view of v that is row- or column-major with positive outer stride, copying into buf only when
 // v is neither. The copy reads along v's smaller stride and writes in that order.
 template <class T>
 inline View<const T> mappable(View<const T> v, Buffer<const T>& buf) {
   if (row_major(v)) return {v.data, v.rows, v.cols, v.rows <= 1 ? std::max<int64_t>(v.cols, 1) : v.rs, 1};
   if (col_major(v)) return {v.data, v.rows, v.cols, 1, v.cols <= 1 ? std::max<int64_t>(v.rows, 1) : v.cs};
+  if (std::abs(v.cs) >= std::abs(v.rs)) return column_major_copy(v, buf);
   buf.reset(new std::remove_const_t<T>[v.rows * v.cols]);
   auto* out = buf.get();
-  if (std::abs(v.cs) < std::abs(v.rs)) {  // row-major copy
-    for (int64_t i = 0; i < v.rows; ++i)
-      for (int64_t j = 0; j < v.cols; ++j) *out++ = v.data[i * v.rs + j * v.cs];
-    return {buf.get(), v.rows, v.cols, v.cols, 1};
-  }
-  for (int64_t j = 0; j < v.cols; ++j)  // column-major copy
-    for (int64_t i = 0; i < v.rows; ++i) *out++ = v.data[i * v.rs + j * v.cs];
-  return {buf.get(), v.rows, v.cols, 1, v.rows};
+  for (int64_t i = 0; i < v.rows; ++i)
+    for (int64_t j = 0; j < v.cols; ++j) *out++ = v.data[i * v.rs + j * v.cs];
+  return {buf.get(), v.rows, v.cols, v.cols, 1};
 }
 
 // Map<const float, ...> maps read-only memory as Eigen::Map<const Matrix<float, ...>>.
@@ -162,6 +171,61 @@ inline void product_serial(const View<const T>& a, const View<const T>& b, T* C,
   });
 }
 
+// Whether a product with N columns of C (and a row-major A) runs faster in gemm_narrow.hpp's kernel than in
+// Eigen. Measured on the development machine (float, 1 and 2 threads, A from 64 x 64 to 1024 x 1024 and
+// 512 x 6272): one column is Eigen's matrix-vector product, as fast; 2 to 4 columns win at every size (1.3 to
+// 3.9x on one thread; a tie at 64 x 64 by 64 x 4); up to 12 columns win once K >= 256 and A has 64K elements
+// (1.4 to 2.5x at 8 columns), and lose on shorter rows, where the per-output reduction is not amortized
+// (784 x 128 by 128 x 12: 0.73x). At 16 columns Eigen ties or wins. bench/bench_gemm.cpp's *_linear cases
+// and docs/performance.md have the linear layers.
+inline bool narrow_pays(int64_t M, int64_t N, int64_t K) {
+  return N >= 2 && (N <= 4 || (N <= 12 && K >= 256 && M * K >= 65536));
+}
+
+// C (element (i, j) at C[i * c_rs + j * c_cs]) = alpha * A * B + beta * C through gemm_narrow.hpp when
+// narrow_pays for C or, transposing the product, for C^T, T is float or double, and the operand read by
+// rows is row-major; false, with C untouched, otherwise. a and b are mappable().
+template <class T>
+inline bool narrow_product(View<const T> a, View<const T> b, T* C, int64_t c_rs, int64_t c_cs, T alpha, T beta) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+    return false;
+  } else {
+    namespace nk = kiln::HWY_NAMESPACE::gemm_narrow;
+    const int64_t M = a.rows, N = b.cols, K = a.cols;
+    if (!narrow_pays(M, N, K)) {
+      // C^T = B^T A^T: the few rows of C become its few columns.
+      if (!narrow_pays(N, M, K)) return false;
+      std::swap(a, b);
+      for (auto* v : {&a, &b}) *v = {v->data, v->cols, v->rows, v->cs, v->rs};
+      return narrow_product<T>(a, b, C, c_cs, c_rs, alpha, beta);
+    }
+    if (!(a.cs == 1 || K <= 1)) return false;
+    // The kernel reads B's columns as vectors: copied into a column-major K x N buffer unless they are.
+    Buffer<const T> bbuf;
+    if (!(b.rs == 1 || K <= 1)) b = column_major_copy(b, bbuf);
+    auto store = [&](int64_t i, int64_t j, T v) {
+      T& y = C[i * c_rs + j * c_cs];
+      y = beta == T(0) ? alpha * v : alpha * v + beta * y;
+    };
+    auto rows = [&](int64_t r0, int64_t r1) {
+      nk::dot_rows(a.data, a.rs, b.data, b.cs, N, K, r0, r1, store);
+    };
+    // Threads take whole blocks of rows, so each row goes through the same kernel for any thread count.
+    const int64_t block = 4, blocks = (M + block - 1) / block;
+    const double work = double(M) * double(N) * double(K);
+    const int threads = int(std::min<double>({double(available_threads()), work / kMinWorkPerThread, double(blocks)}));
+    if (threads <= 1) {
+      rows(0, M);
+      return true;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
+#endif
+    for (int p = 0; p < threads; ++p) rows(std::min(M, blocks * p / threads * block), std::min(M, blocks * (p + 1) / threads * block));
+    return true;
+  }
+}
+
 // C (column-major, unit row stride, positive col stride) = alpha * A * B + beta * C, split across threads
 // as explained at kMinWorkPerThread.
 template <class T>
@@ -175,6 +239,7 @@ inline void product(View<const T> a, View<const T> b, T* C, int64_t M, int64_t N
   Buffer<const T> abuf, bbuf;
   a = mappable(a, abuf);
   b = mappable(b, bbuf);
+  if (narrow_product(a, b, C, 1, c_cs, alpha, beta)) return;
   const double work = double(M) * double(N) * double(K);
   int threads = int(std::min<double>(available_threads(), work / kMinWorkPerThread));
   // Split the larger dim of C (the operand every thread packs in full is then the smaller one), unless it

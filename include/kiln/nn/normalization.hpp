@@ -92,7 +92,12 @@ Tensor<T> batch_norm(const Tensor<T>& x, Tensor<T> running_mean, Tensor<T> runni
   }
   check<std::invalid_argument>(running_mean.defined() && running_var.defined(),
                                "batch_norm: evaluation needs running_mean and running_var");
-  return detail::affine(Tensor<T>((x - running_mean.reshape(cs)) / sqrt(running_var.reshape(cs) + eps)), weight, bias, cs);
+  // One pass over x with a per-channel scale and shift computed first, as PyTorch's CPU kernel does: the
+  // normalization then the affine took three passes and a square root per element.
+  Tensor<T> scale = Tensor<T>(1 / sqrt(running_var + eps));
+  if (weight.defined()) scale = Tensor<T>(scale * weight.reshape({c}));
+  const Tensor<T> shift = bias.defined() ? Tensor<T>(bias.reshape({c}) - running_mean * scale) : Tensor<T>(-running_mean * scale);
+  return Tensor<T>(x * scale.reshape(cs) + shift.reshape(cs));
 }
 
 }  // namespace functional
