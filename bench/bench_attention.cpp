@@ -1,7 +1,8 @@
 /* Attention on the CPU: flex_attention against kiln's own materialized softmax(q k^T / sqrt(D)) v (the whole
 L x L score matrix stored, the masked entries set to -inf) in the same binary and run; PyTorch's
 F.scaled_dot_product_attention is timed right after by bench/torch_attention.py (pip's torch, same shapes
-and threads). B = 4, H = 8, D = 64, L = 1024 and 4096, dense and causal, forward and forward + backward.
+and threads). B = 4, H = 8, D = 64, L = 1024 and 4096, dense and causal, forward and forward + backward; and
+with dropout 0.1 on the probabilities at L = 1024 (FlexDropout: fused; MaterializedDropout: on the stored ones).
 
 Build:
   g++ -std=c++20 -O3 -march=native -DHWY_COMPILE_ONLY_STATIC=1 -fopenmp -DNDEBUG -Iinclude -I/usr/include/eigen3 \
@@ -20,6 +21,7 @@ matrix would be 1 GiB per head). */
 
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 
 #include "kiln/attention.hpp"
 #include "kiln/kiln.hpp"
@@ -70,28 +72,39 @@ void run(benchmark::State& state, Attention attention) {
 }
 
 // The block mask is made once, outside the timing, as it is meant to be used (and as PyTorch's flex_attention).
-void Flex(benchmark::State& state) {
+void flex(benchmark::State& state, double dropout_p) {
   const auto mask = at::create_block_mask(at::causal(), 1, 1, state.range(0), state.range(0));
+  const at::FlexOptions options{.dropout_p = dropout_p};
   run(state, [&](const Inputs& in, int64_t, bool causal) {
-    if (causal) return at::flex_attention(in.q, in.k, in.v, at::NoScoreMod{}, mask);
-    return at::flex_attention(in.q, in.k, in.v);
+    if (causal) return at::flex_attention(in.q, in.k, in.v, at::NoScoreMod{}, mask, options);
+    return at::flex_attention(in.q, in.k, in.v, at::NoScoreMod{}, options);
   });
 }
 
-void Materialized(benchmark::State& state) {
-  run(state, [](const Inputs& in, int64_t, bool causal) {
-    return at::materialized_attention(in.q, in.k, in.v, kiln::Tensor<bool>(), 0.0, causal).output;
+void materialized(benchmark::State& state, double dropout_p) {
+  run(state, [&](const Inputs& in, int64_t, bool causal) {
+    return at::materialized_attention(in.q, in.k, in.v, kiln::Tensor<bool>(), dropout_p, causal).output;
   });
 }
 
-void args(benchmark::internal::Benchmark* b) {
-  for (int64_t L : {1024, 4096})
+void Flex(benchmark::State& state) { flex(state, 0.0); }
+void Materialized(benchmark::State& state) { materialized(state, 0.0); }
+// Dropout 0.1 on the probabilities: fused into flex_attention's kernels, against dropout on the stored ones.
+void FlexDropout(benchmark::State& state) { flex(state, 0.1); }
+void MaterializedDropout(benchmark::State& state) { materialized(state, 0.1); }
+
+void args(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> lengths) {
+  for (int64_t L : lengths)
     for (int64_t causal : {0, 1})
       for (int64_t backward : {0, 1}) b->Args({L, causal, backward, 2});
   b->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
 }
-BENCHMARK(Flex)->Apply(args);
-BENCHMARK(Materialized)->Apply(args);
+void all_lengths(benchmark::internal::Benchmark* b) { args(b, {1024, 4096}); }
+void short_length(benchmark::internal::Benchmark* b) { args(b, {1024}); }
+BENCHMARK(Flex)->Apply(all_lengths);
+BENCHMARK(Materialized)->Apply(all_lengths);
+BENCHMARK(FlexDropout)->Apply(short_length);
+BENCHMARK(MaterializedDropout)->Apply(short_length);
 
 double peak_mib() {
   rusage r{};

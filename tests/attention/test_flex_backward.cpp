@@ -149,4 +149,41 @@ TEST_CASE("flex_attention backward: a frozen k and v get no gradient, q's is the
   CHECK(!only_q[2].grad().defined());
 }
 
+TEST_CASE("flex_attention dropout: gradients by finite differences, the mask the same on every call after one seed") {
+  const auto in = qkv(4, 2, 19);
+  const auto bm = at::create_block_mask(at::causal(), 1, 1, kLq, kLkv, 4, 4);
+  CHECK(autograd::gradcheck([&](const std::vector<Tensor<double>>& x) {
+    manual_seed(23);  // the same mask for every evaluation; the backward regenerates it from the node's counters
+    return at::flex_attention(x[0], x[1], x[2], at::alibi(4), bm, {.enable_gqa = true, .dropout_p = 0.3});
+  }, in));
+  CHECK_THROWS_AS(at::flex_attention(in[0], in[1], in[2], at::NoScoreMod{}, bm, {.enable_gqa = true, .dropout_p = 1.0}),
+                  std::invalid_argument);
+}
+
+TEST_CASE("flex_attention dropout: zeroes what dropout after a materialized softmax zeroes, from the same generator state") {
+  // Lengths across several 128-wide tiles with tails, grouped-query heads; output and every gradient.
+  Generator g(31);
+  const Tensor<float> q = randn<float>({2, 4, 37, 16}, &g), k = randn<float>({2, 2, 150, 16}, &g),
+                      v = randn<float>({2, 2, 150, 8}, &g), dout = randn<float>({2, 4, 37, 8}, &g);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    auto run = [&](bool fused, double p) {
+      std::vector<Tensor<float>> x{q.clone(), k.clone(), v.clone()};
+      for (auto& t : x) t.requires_grad_();
+      manual_seed(5);
+      const Tensor<float> out =
+          fused ? nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], Tensor<bool>(), p, causal, {}, true)
+                : at::materialized_attention(x[0], x[1], x[2], Tensor<bool>(), p, causal).output;
+      out.backward(dout);
+      return std::vector<std::vector<double>>{values(out), values(x[0].grad()), values(x[1].grad()), values(x[2].grad())};
+    };
+    const auto fused = run(true, 0.3), materialized = run(false, 0.3);
+    for (size_t i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(within(fused[i], materialized[i], 1e-4, 1e-5));
+    }
+    CHECK(max_abs_diff(fused[0], run(true, 0.0)[0]) > 0.01);  // and the dropout did something
+  }
+}
+
 }  // namespace test_attention_flex_backward

@@ -382,9 +382,9 @@ TEST_CASE("gemm: one product split across threads, by columns and by rows, uneve
 TEST_CASE_TEMPLATE("gemm: few columns (or rows) of C through the narrow kernel", T, float, double) {
   std::mt19937 rng(8);
   struct Size { int64_t M, N, K; };
-  const Size sizes[] = {{301, 2, 263}, {258, 4, 300}, {97, 12, 1001}, {3, 130, 517}, {4, 5, 5}};
+  // Every layout at 3 columns, and at 3 rows (the transposed product); K = 257 leaves a tail of one element.
   int failures = 0;
-  for (auto s : sizes)
+  for (auto s : {Size{61, 3, 257}, Size{3, 61, 257}})
     for (auto la : kOperandLayouts)
       for (auto lb : kOperandLayouts)
         for (auto lc : {Layout::Row, Layout::Col, Layout::Strided})
@@ -393,6 +393,13 @@ TEST_CASE_TEMPLATE("gemm: few columns (or rows) of C through the narrow kernel",
             if (!r.empty() && failures++ < 3) FAIL_CHECK(r);
           }
   CHECK(failures == 0);
+  // 12 columns (three groups of 4), 2 and 4, long rows with tails, row counts that are not a multiple of 4.
+  for (auto s : {Size{97, 12, 1001}, Size{301, 2, 263}, Size{258, 4, 300}}) {
+    std::string r = run_case<T>(s.M, s.N, s.K, Layout::Row, Layout::Col, Layout::Row, T(1), T(0), rng);
+    CHECK_MESSAGE(r.empty(), r);
+    r = run_case<T>(s.M, s.N, s.K, Layout::RowPad, Layout::Row, Layout::Strided, T(0.5), T(-1), rng);
+    CHECK_MESSAGE(r.empty(), r);
+  }
 #ifdef _OPENMP
   // Threads split the rows in whole blocks: the output does not depend on their number.
   const int saved = omp_get_max_threads();

@@ -20,6 +20,10 @@ namespace kiln::attention {
 struct FlexOptions {
   std::optional<double> scale = std::nullopt;  // default 1 / sqrt(D)
   bool enable_gqa = false;
+  // Dropout on the probabilities, in [0, 1), fused into the kernels (an extension: torch's flex_attention has
+  // none; F::scaled_dot_product_attention's dropout_p comes here). The mask is drawn from the default generator
+  // as bernoulli_(1 - p) on a [B, Hq, Lq, Lkv] tensor would draw it, and the backward regenerates it.
+  double dropout_p = 0;
 };
 
 template <Dtype T>
@@ -95,9 +99,9 @@ struct FlexAttentionBackward : autograd::Node {
   using A = lse_t<T>;
   FlexAttentionBackward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& out,
                         const Tensor<A>& lse, S mod, const BlockMask<M>& bm, flex::Sizes sizes, double scale,
-                        std::vector<CapturedSlot> captured)
+                        flex::Dropout dropout, std::vector<CapturedSlot> captured)
       : q_(q.impl_ptr()), k_(k.impl_ptr()), v_(v.impl_ptr()), out_(out.impl_ptr()), lse_(lse.impl_ptr()),
-        mod_(std::move(mod)), bm_(bm), sizes_(sizes), scale_(scale), captured_(std::move(captured)) {
+        mod_(std::move(mod)), bm_(bm), sizes_(sizes), scale_(scale), dropout_(dropout), captured_(std::move(captured)) {
     next_edges.push_back(autograd::gradient_edge(q.impl_ptr()));
     next_edges.push_back(autograd::gradient_edge(k.impl_ptr()));
     next_edges.push_back(autograd::gradient_edge(v.impl_ptr()));
@@ -128,7 +132,7 @@ struct FlexAttentionBackward : autograd::Node {
       wanted.push_back(captured_[s].floating() && next_edges[3 + s].valid());
     CapturedGrads<A> cg(captured_, wanted);
     const bool ok = flex::backward(rows_of(q), rows_of(k), rows_of(v), out.data_ptr(), lse.data_ptr(), rows_of(dout),
-                                   dlse.defined() ? dlse.data_ptr() : nullptr, sizes_, scale_, mod_, bm_,
+                                   dlse.defined() ? dlse.data_ptr() : nullptr, sizes_, scale_, mod_, bm_, dropout_,
                                    data(dq), data(dk), data(dv),
                                    [&](int thread) { return cg.pointers[size_t(thread)]; });
     check<std::out_of_range>(ok, "flex_attention backward: the score_mod or mask_mod reads a captured tensor out of its bounds");
@@ -151,6 +155,7 @@ struct FlexAttentionBackward : autograd::Node {
   BlockMask<M> bm_;
   flex::Sizes sizes_;
   double scale_;
+  flex::Dropout dropout_;
   std::vector<CapturedSlot> captured_;
 };
 
@@ -184,19 +189,28 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
   check<ShapeError>(bm.Lq == g.Lq && bm.Lkv == g.Lkv && (bm.B == 1 || bm.B == g.B) && (bm.H == 1 || bm.H == g.Hq),
                     "flex_attention: a block mask for B = ", bm.B, ", H = ", bm.H, ", Lq = ", bm.Lq, ", Lkv = ", bm.Lkv,
                     " used with q ", query.shape(), " and k ", key.shape());
+  check<std::invalid_argument>(o.dropout_p >= 0 && o.dropout_p < 1, "flex_attention: dropout_p must be in [0, 1), got ",
+                               o.dropout_p);
   const double scale = o.scale.value_or(g.D > 0 ? 1.0 / std::sqrt(double(g.D)) : 1.0);
+  flex::Dropout dropout{o.dropout_p};
+  if (dropout.active()) {  // the counters bernoulli_ would reserve for the [B, Hq, Lq, Lkv] mask
+    const PhiloxState st = default_generator().philox_state((uint64_t(g.B * g.Hq * g.Lq) * uint64_t(g.Lkv) + 3) / 4);
+    dropout.seed = st.seed;
+    dropout.start = st.counter;
+  }
   const Tensor<T> q = inner_contiguous(query), k = inner_contiguous(key), v = inner_contiguous(value);
   std::vector<CapturedSlot> captured = number_captured(score_mod);
   Tensor<T> out(TensorImpl::allocate({g.B, g.Hq, g.Lq, g.Dv}, scalar_type_of<T>(), "flex_attention"));
   Tensor<A> lse(TensorImpl::allocate({g.B, g.Hq, g.Lq}, scalar_type_of<A>(), "flex_attention"));
-  const bool ok = flex::forward(rows_of(q), rows_of(k), rows_of(v), g, scale, score_mod, bm, out.data_ptr(), lse.data_ptr());
+  const bool ok =
+      flex::forward(rows_of(q), rows_of(k), rows_of(v), g, scale, score_mod, bm, dropout, out.data_ptr(), lse.data_ptr());
   check<std::out_of_range>(ok, "flex_attention: the score_mod or mask_mod reads a captured tensor out of its bounds");
   bool needs_grad = autograd::requires_grad(q.impl()) || autograd::requires_grad(k.impl()) ||
                     autograd::requires_grad(v.impl());
   for (const CapturedSlot& c : captured) needs_grad |= autograd::requires_grad(*c.tensor);
   if (GradMode::is_enabled() && needs_grad) {
     auto node = std::make_shared<FlexAttentionBackward<T, decltype(score_mod), M>>(q, k, v, out, lse, score_mod, bm, g,
-                                                                                  scale, std::move(captured));
+                                                                                  scale, dropout, std::move(captured));
     autograd::meta_of(out.impl_ptr()).grad_fn = node;
     autograd::AutogradMeta& lse_meta = autograd::meta_of(lse.impl_ptr());
     lse_meta.grad_fn = node;

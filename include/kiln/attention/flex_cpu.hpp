@@ -10,6 +10,10 @@
 // modified, masked score), then dV += P^T dO, dP = dO V^T, dS' = P (dP - delta) with
 // delta = rowsum(dO * O) - dlse, the modifier's backward turns dS' into dS (and scatters into captured
 // tensors' gradients), dQ += scale dS K, dK += scale dS^T Q.
+//
+// Dropout on the probabilities (FlashAttention-2's): the forward multiplies each tile of P by the mask after the
+// row sums took it in full (so the lse is dropout's no-op one), and the backward regenerates the mask from the
+// counters it was drawn from: dV += Pd^T dO with Pd = P * mask / (1 - p), and dS' = Pd dP - P delta.
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "kiln/attention/block_mask.hpp"
+#include "kiln/core/generator.hpp"
 #include "kiln/cpu/gemm.hpp"
 #include "kiln/cpu/parallel.hpp"
 #include "kiln/tensor/softmax.hpp"
@@ -152,6 +157,30 @@ HWY_INLINE A exp_row(A* s, int64_t c, A scale, A shift) {
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
+// Dropout of the attention probabilities: element e of [B, Hq, Lq, Lkv] (row-major) is kept when
+// bernoulli_(1 - p) would draw a 1 for it from counters reserved at `start` under `seed` (lane e % 4 of
+// counter start + e / 4: core/generator.hpp), so a materialized softmax followed by dropout from the same
+// generator state zeroes the same elements.
+struct Dropout {
+  double p = 0;
+  uint64_t seed = 0, start = 0;
+  bool active() const { return p > 0; }
+};
+
+// Multiplies row (b, h, q) of the probabilities, keys [k0, k0 + c), by the mask and 1 / (1 - p).
+template <class A>
+void apply_dropout(A* s, int64_t c, const Dropout& drop, const Sizes& g, int64_t b, int64_t h, int64_t q, int64_t k0) {
+  const uint64_t e0 = ((uint64_t(b) * uint64_t(g.Hq) + uint64_t(h)) * uint64_t(g.Lq) + uint64_t(q)) * uint64_t(g.Lkv) +
+                      uint64_t(k0);
+  const A scale = A(1 / (1 - drop.p));
+  philox::Counter w{};
+  for (int64_t j = 0; j < c; ++j) {
+    const uint64_t e = e0 + uint64_t(j);
+    if (j == 0 || e % 4 == 0) w = philox::block(drop.seed, drop.start + e / 4);
+    s[j] = double(philox::to_float01(w[e % 4])) < 1 - drop.p ? s[j] * scale : A(0);
+  }
+}
+
 template <class A>
 struct ForwardScratch {
   std::vector<A> q, k, v, s, o, m, l, alpha;
@@ -164,7 +193,7 @@ struct ForwardScratch {
 // tensor out of bounds.
 template <class T, class S, class M>
 bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& g, double scale, const S& score_mod,
-             const BlockMask<M>& bm, T* out, Acc<T>* lse) {
+             const BlockMask<M>& bm, const Dropout& drop, T* out, Acc<T>* lse) {
   using A = Acc<T>;
   const int64_t Bq = bm.q_block, Bk = bm.kv_block, nq = bm.q_blocks(), nk = bm.kv_blocks(), ld = padded<A>(Bk);
   const int64_t units = g.B * g.Hq * nq;
@@ -201,6 +230,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
           w.alpha[i] = std::exp(w.m[i] - m_new);
           w.l[i] = w.l[i] * w.alpha[i] + exp_row(s, c, keeps_raw<S, A>(state, c) ? A(scale) : A(1), m_new);
           w.m[i] = m_new;
+          if (drop.active()) apply_dropout(s, c, drop, g, b, h, q0 + i, k0);
         }
         for (int64_t i = 0; i < r; ++i)
           if (w.alpha[i] != A(1)) O.row(i) *= w.alpha[i];
@@ -226,11 +256,11 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
 
 template <class A>
 struct BackwardScratch {
-  std::vector<A> q, dout, k, v, s, p, dp, dq, dk, dv, delta;
-  BackwardScratch(int64_t bq, int64_t bk, const Sizes& g, int64_t ld)
+  std::vector<A> q, dout, k, v, s, p, pd, dp, dq, dk, dv, delta;  // pd: P after dropout, when there is one
+  BackwardScratch(int64_t bq, int64_t bk, const Sizes& g, int64_t ld, bool dropout)
       : q(size_t(bq * g.D)), dout(size_t(bq * g.Dv)), k(size_t(bk * g.D)), v(size_t(bk * g.Dv)), s(size_t(bq * ld)),
-        p(size_t(bq * ld)), dp(size_t(bq * ld)), dq(size_t(g.Lq * g.D)), dk(size_t(g.Lkv * g.D)),
-        dv(size_t(g.Lkv * g.Dv)), delta(size_t(g.Lq)) {}
+        p(size_t(bq * ld)), pd(dropout ? size_t(bq * ld) : 0), dp(size_t(bq * ld)), dq(size_t(g.Lq * g.D)),
+        dk(size_t(g.Lkv * g.D)), dv(size_t(g.Lkv * g.Dv)), delta(size_t(g.Lq)) {}
 };
 
 // The gradients dq [B, Hq, Lq, D], dk [B, Hkv, Lkv, D], dv [B, Hkv, Lkv, Dv] (contiguous; null: not wanted)
@@ -238,8 +268,8 @@ struct BackwardScratch {
 // tensor of score_mod (its Env::grad). Returns false when a live lane read a captured tensor out of bounds.
 template <class T, class S, class M, class GradBuffers>
 bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out, const Acc<T>* lse, const Rows<T>& dout,
-              const Acc<T>* dlse, const Sizes& g, double scale, const S& score_mod, const BlockMask<M>& bm, T* dq, T* dk,
-              T* dv, GradBuffers&& captured_grads) {
+              const Acc<T>* dlse, const Sizes& g, double scale, const S& score_mod, const BlockMask<M>& bm,
+              const Dropout& drop, T* dq, T* dk, T* dv, GradBuffers&& captured_grads) {
   using A = Acc<T>;
   constexpr bool kIdentity = std::is_same_v<S, attention::node::Score>;
   const int64_t Bq = bm.q_block, Bk = bm.kv_block, nq = bm.q_blocks(), nk = bm.kv_blocks(), ld = padded<A>(Bk);
@@ -247,7 +277,7 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
   bool bad_index = false;
 #pragma omp parallel reduction(|| : bad_index) num_threads(g.threads()) if (units > 1 && g.threads() > 1)
   {
-    BackwardScratch<A> w(Bq, Bk, g, ld);
+    BackwardScratch<A> w(Bq, Bk, g, ld, drop.active());
     Env<A> env;
 #ifdef _OPENMP
     env.grad = captured_grads(omp_get_thread_num());
@@ -279,7 +309,7 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
             if (state == BlockState::Empty) continue;
             const int64_t q0 = qb * Bq, r = std::min(Bq, g.Lq - q0);
             const auto Q = operand(q, b, h, q0, r, g.D, w.q), dO = operand(dout, b, h, q0, r, g.Dv, w.dout);
-            auto Sm = tile(w.s.data(), r, c, ld), P = tile(w.p.data(), r, c, ld), dP = tile(w.dp.data(), r, c, ld);
+            auto Sm = tile(w.s.data(), r, c, ld), dP = tile(w.dp.data(), r, c, ld);
             Sm.noalias() = Q * K.transpose();
             // P from the saved lse; the raw scores stay in s for the modifier's backward.
             for (int64_t i = 0; i < r; ++i) {
@@ -290,14 +320,22 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
               if (row_lse == -std::numeric_limits<A>::infinity()) std::fill(p, p + padded<A>(c), A(0));
               else exp_row(p, c, keeps_raw<S, A>(state, c) ? A(scale) : A(1), row_lse);
             }
-            tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv).noalias() += P.transpose() * dO;
+            if (drop.active()) {
+              std::copy(w.p.begin(), w.p.begin() + r * ld, w.pd.begin());
+              for (int64_t i = 0; i < r; ++i) apply_dropout(w.pd.data() + i * ld, c, drop, g, b, h, q0 + i, k0);
+            }
+            tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv).noalias() +=
+                tile(drop.active() ? w.pd.data() : w.p.data(), r, c, ld).transpose() * dO;
             dP.noalias() = dO * V.transpose();
             for (int64_t i = 0; i < r; ++i) {
               const A* p = w.p.data() + i * ld;
+              const A* pd = drop.active() ? w.pd.data() + i * ld : nullptr;
               A* ds = w.dp.data() + i * ld;
               const auto delta = hn::Set(d, w.delta[size_t(q0 + i)]);
               for (int64_t j = 0; j < c; j += N) {
-                const auto dsm = hn::Mul(hn::LoadU(d, p + j), hn::Sub(hn::LoadU(d, ds + j), delta));
+                const auto dpj = hn::LoadU(d, ds + j), pj = hn::LoadU(d, p + j);
+                const auto dsm = pd ? hn::Sub(hn::Mul(hn::LoadU(d, pd + j), dpj), hn::Mul(pj, delta))
+                                    : hn::Mul(pj, hn::Sub(dpj, delta));
                 if constexpr (kIdentity) {
                   hn::StoreU(dsm, d, ds + j);
                 } else {

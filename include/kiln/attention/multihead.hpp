@@ -3,8 +3,8 @@
 // (in_proj_weight [3E, E] and in_proj_bias [3E], or q/k/v_proj_weight when kdim or vdim differ from E;
 // out_proj.weight, out_proj.bias), xavier-uniform projections and zero biases, inputs [L, N, E] or with
 // batch_first [N, L, E]. forward returns (output, weights) as libtorch's; the weights (averaged over heads
-// unless average_attn_weights is false) are computed only with need_weights, which, like dropout in training,
-// materializes the probabilities; otherwise the attention is flex_attention. Masks follow PyTorch's module
+// unless average_attn_weights is false) are computed only with need_weights, which materializes the
+// probabilities; otherwise the attention is flex_attention, with dropout in training fused into it. Masks follow PyTorch's module
 // (not F.scaled_dot_product_attention): a bool attn_mask [L, S] or [N * H, L, S] and key_padding_mask [N, S]
 // are true where attention is NOT allowed; a float attn_mask is added to the scores.
 // forward_flex(query, key, value, score_mod, block_mask) takes a flex_attention modifier instead of masks.
@@ -156,13 +156,11 @@ class MultiheadAttentionImplT : public Module {
       mask = mask.defined() ? Tensor<float>(mask + padding) : padding;
     }
     const double dropout = is_training() ? options.dropout_ : 0.0;
-    if (need_weights || dropout > 0) {
+    if (need_weights) {
       const auto r = attention::materialized_attention(q, k, v, mask, dropout, is_causal && !mask.defined());
-      Tensor<float> weights;
-      if (need_weights) weights = average_attn_weights ? mean(r.weights, {1}) : r.weights;
-      return {finish(r.output), weights};
+      return {finish(r.output), average_attn_weights ? mean(r.weights, {1}) : r.weights};
     }
-    return {finish(functional::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal && !mask.defined())), {}};
+    return {finish(functional::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal && !mask.defined())), {}};
   }
 };
 using MultiheadAttentionImpl = MultiheadAttentionImplT<>;

@@ -2,10 +2,10 @@
 // F::scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa), as torch's:
 // q [B, H, Lq, E] (or [B, Lq, E]), k [B, Hkv, Lkv, E], v [B, Hkv, Lkv, Ev]; attn_mask broadcastable to
 // [B, H, Lq, Lkv], boolean (true takes part) or floating (added to the scores); is_causal keeps kv_idx <= q_idx.
-// Without dropout it runs flex_attention (the mask captured, read in place through its broadcast strides, and
-// its empty tiles skipped); with dropout it materializes the probabilities (materialized_attention), which is
-// also what returns the attention weights (nn::MultiheadAttention with need_weights) and the baseline the
-// benchmarks compare with.
+// It runs flex_attention (the mask captured, read in place through its broadcast strides, and its empty tiles
+// skipped; dropout fused into the kernels, drawing the mask that materialized_attention's dropout would draw from
+// the same generator state). materialized_attention stores the probabilities: what returns the attention weights
+// (nn::MultiheadAttention with need_weights) and the baseline the benchmarks compare with.
 #include <limits>
 #include <optional>
 
@@ -89,8 +89,7 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& query, const Tensor<T>& 
   const int64_t B = query.size(0), H = query.size(1), Lq = query.size(2), Lkv = key.size(2);
   check<ShapeError>(H % key.size(1) == 0 && (H == key.size(1) || enable_gqa), "scaled_dot_product_attention: ", H,
                     " query heads and ", key.size(1), " key/value heads need enable_gqa and a multiple");
-  if (dropout_p > 0) return attention::materialized_attention(query, key, value, attn_mask, dropout_p, is_causal, scale).output;
-  const attention::FlexOptions o{scale, enable_gqa};
+  const attention::FlexOptions o{scale, enable_gqa, dropout_p};
   if (is_causal) return attention::flex_attention(query, key, value, attention::NoScoreMod{},
                                                   attention::create_block_mask(attention::causal(), 1, 1, Lq, Lkv), o);
   if (!attn_mask.defined()) return attention::flex_attention(query, key, value, attention::NoScoreMod{}, o);
