@@ -172,12 +172,13 @@ template <class A>
 void apply_dropout(A* s, int64_t c, const Dropout& drop, const Sizes& g, int64_t b, int64_t h, int64_t q, int64_t k0) {
   const uint64_t e0 = ((uint64_t(b) * uint64_t(g.Hq) + uint64_t(h)) * uint64_t(g.Lq) + uint64_t(q)) * uint64_t(g.Lkv) +
                       uint64_t(k0);
-  const A scale = A(1 / (1 - drop.p));
+  const double keep = 1 - drop.p;
+  const A scale = A(1 / keep);
   philox::Counter w{};
   for (int64_t j = 0; j < c; ++j) {
     const uint64_t e = e0 + uint64_t(j);
     if (j == 0 || e % 4 == 0) w = philox::block(drop.seed, drop.start + e / 4);
-    s[j] = double(philox::to_float01(w[e % 4])) < 1 - drop.p ? s[j] * scale : A(0);
+    s[j] = philox::bernoulli(w[e % 4], keep) ? s[j] * scale : A(0);
   }
 }
 

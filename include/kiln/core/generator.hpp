@@ -82,6 +82,10 @@ constexpr Counter block(std::uint64_t seed, std::uint64_t index, std::uint64_t s
 // Top 24 bits -> float in [0, 1): every value is exact, the largest is 1 - 2^-24.
 constexpr float to_float01(std::uint32_t x) noexcept { return static_cast<float>(x >> 8) * 0x1p-24f; }
 
+// A Bernoulli draw from one word: 1 with probability p (compared in double, so P(1) is p rounded up to a
+// multiple of 2^-24). fill_bernoulli's rule, and fused attention dropout's (attention/flex_cpu.hpp).
+constexpr bool bernoulli(std::uint32_t x, double p) noexcept { return static_cast<double>(to_float01(x)) < p; }
+
 // Two words -> 64 bits (hi:lo) -> top 53 bits -> double in [0, 1), exact, the largest is 1 - 2^-53.
 constexpr double to_double01(std::uint32_t lo, std::uint32_t hi) noexcept {
   return static_cast<double>(((std::uint64_t{hi} << 32) | lo) >> 11) * 0x1p-53;
@@ -305,7 +309,7 @@ template <class T>
 void fill_bernoulli(Generator& gen, T* out, std::int64_t n, double p) {
   detail::check_fill_args("fill_bernoulli", out, n);
   if (!(p >= 0 && p <= 1)) throw std::invalid_argument("fill_bernoulli: expected 0 <= p <= 1, got " + std::to_string(p));
-  const auto put = [=](std::uint32_t x) { return static_cast<T>(static_cast<double>(philox::to_float01(x)) < p ? 1 : 0); };
+  const auto put = [=](std::uint32_t x) { return static_cast<T>(philox::bernoulli(x, p) ? 1 : 0); };
   detail::fill_blocks<4>(gen, out, n, [=](const philox::Counter& w) {
     return std::array<T, 4>{put(w[0]), put(w[1]), put(w[2]), put(w[3])};
   });

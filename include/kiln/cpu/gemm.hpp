@@ -136,6 +136,26 @@ inline int available_threads() {
 #endif
 }
 
+// The transpose of v: the same memory with rows and columns swapped, which costs nothing.
+template <class T>
+inline View<T> transposed(const View<T>& v) {
+  return {v.data, v.cols, v.rows, v.cs, v.rs};
+}
+
+// Runs f(lo, hi) for each of `threads` chunks of [0, dim), one per OpenMP thread: equal shares with inner edges
+// rounded down to a multiple of grain (empty chunks are skipped).
+template <class F>
+inline void split_across_threads(int64_t dim, int64_t grain, int threads, F&& f) {
+  auto edge = [&](int p) { return p == threads ? dim : dim * p / threads / grain * grain; };
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
+#endif
+  for (int p = 0; p < threads; ++p) {
+    const int64_t lo = edge(p), hi = edge(p + 1);
+    if (hi > lo) f(lo, hi);
+  }
+}
+
 // Threading of one product. Eigen's own threading splits a product across threads that then share packed
 // panels and wait on one another (busy-waiting on atomics); kiln instead splits C into one block of columns
 // (or rows) per thread and runs Eigen's single-threaded product on each, with no synchronization but the
@@ -195,9 +215,7 @@ inline bool narrow_product(View<const T> a, View<const T> b, T* C, int64_t c_rs,
     if (!narrow_pays(M, N, K)) {
       // C^T = B^T A^T: the few rows of C become its few columns.
       if (!narrow_pays(N, M, K)) return false;
-      std::swap(a, b);
-      for (auto* v : {&a, &b}) *v = {v->data, v->cols, v->rows, v->cs, v->rs};
-      return narrow_product<T>(a, b, C, c_cs, c_rs, alpha, beta);
+      return narrow_product<T>(transposed(b), transposed(a), C, c_cs, c_rs, alpha, beta);
     }
     if (!(a.cs == 1 || K <= 1)) return false;
     // The kernel reads B's columns as vectors: copied into a column-major K x N buffer unless they are.
@@ -210,18 +228,13 @@ inline bool narrow_product(View<const T> a, View<const T> b, T* C, int64_t c_rs,
     auto rows = [&](int64_t r0, int64_t r1) {
       nk::dot_rows(a.data, a.rs, b.data, b.cs, N, K, r0, r1, store);
     };
-    // Threads take whole blocks of rows, so each row goes through the same kernel for any thread count.
-    const int64_t block = 4, blocks = (M + block - 1) / block;
+    // Threads take whole blocks of 4 rows, so each row goes through the same kernel for any thread count.
     const double work = double(M) * double(N) * double(K);
-    const int threads = int(std::min<double>({double(available_threads()), work / kMinWorkPerThread, double(blocks)}));
-    if (threads <= 1) {
+    const int threads = int(std::min<double>({double(available_threads()), work / kMinWorkPerThread, double((M + 3) / 4)}));
+    if (threads <= 1)
       rows(0, M);
-      return true;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-#endif
-    for (int p = 0; p < threads; ++p) rows(std::min(M, blocks * p / threads * block), std::min(M, blocks * (p + 1) / threads * block));
+    else
+      split_across_threads(M, 4, threads, rows);
     return true;
   }
 }
@@ -248,15 +261,9 @@ inline void product(View<const T> a, View<const T> b, T* C, int64_t M, int64_t N
   const int64_t dim = by_cols ? N : M, grain = by_cols ? 8 : 48;
   threads = int(std::min<int64_t>(threads, dim / grain));
   if (threads <= 1) return product_serial(a, b, C, M, N, c_cs, alpha, beta);
-  // Thread p takes [edge(p), edge(p + 1)): equal shares with inner edges rounded down to the grain.
-  auto edge = [&](int p) { return p == threads ? dim : dim * p / threads / grain * grain; };
   Eigen::initParallel();
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-#endif
-  for (int p = 0; p < threads; ++p) {
-    const int64_t lo = edge(p), n = edge(p + 1) - lo;
-    if (n <= 0) continue;
+  split_across_threads(dim, grain, threads, [&](int64_t lo, int64_t hi) {
+    const int64_t n = hi - lo;
     if (by_cols) {
       View<const T> bp{b.data + lo * b.cs, b.rows, n, b.rs, b.cs};
       product_serial(a, bp, C + lo * c_cs, M, n, c_cs, alpha, beta);
@@ -264,7 +271,7 @@ inline void product(View<const T> a, View<const T> b, T* C, int64_t M, int64_t N
       View<const T> ap{a.data + lo * a.rs, n, a.cols, a.rs, a.cs};
       product_serial(ap, b, C + lo, n, N, c_cs, alpha, beta);
     }
-  }
+  });
 }
 
 template <class T>
@@ -278,8 +285,9 @@ inline void gemm(int64_t M, int64_t N, View<const T> a, View<const T> b, View<T>
   if (!c_col && c_row) {
     std::swap(M, N);
     std::swap(a, b);
-    for (auto* v : {&a, &b}) *v = {v->data, v->cols, v->rows, v->cs, v->rs};
-    c = {c.data, c.cols, c.rows, c.cs, c.rs};
+    a = transposed(a);
+    b = transposed(b);
+    c = transposed(c);
   }
   if (c_col || c_row) {
     const int64_t c_cs = c.cols <= 1 ? M : c.cs;
