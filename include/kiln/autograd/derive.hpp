@@ -135,7 +135,8 @@ template <class Op, class S, class Tape, class Adj, size_t... K>
 inline auto bound_grads(const Tape& t, const Adj& adj, std::index_sequence<K...>) {
   auto value = [](const auto& v) {
     using V = std::remove_cvref_t<decltype(v)>;
-    return Value<V, typename S::template dtype_of<V>>(v);
+    if constexpr (std::is_arithmetic_v<V>) return Value<V, typename S::template dtype_of<V>>(v);
+    else return Value<ValueRef<V>, typename S::template dtype_of<V>>(ValueRef<V>{&v});
   };
   auto g = Op::grad(value(arg<K>(t.children).value)..., value(t.value), value(adj));
   if constexpr (sizeof...(K) == 1) return std::make_tuple(g);

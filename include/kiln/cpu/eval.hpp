@@ -104,6 +104,10 @@ template <int I, class V, class T, class D>
 HWY_INLINE V simd_eval(const Value<V, T>& v, D, char* const*, int64_t) {
   return v.value;
 }
+template <int I, class V, class T, class D>
+HWY_INLINE V simd_eval(const Value<ValueRef<V>, T>& v, D, char* const*, int64_t) {
+  return *v.value.p;
+}
 template <int I, class Op, class... A, class D>
 HWY_INLINE auto simd_eval(const Map<Op, A...>& m, D d, char* const* ptr, int64_t j);
 template <int I, class Op, class... A, class D, size_t... K>

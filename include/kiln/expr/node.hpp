@@ -94,6 +94,14 @@ struct Map : ExprBase<Map<Op, Args...>> {
 
 // A value at one position (a Highway vector or mask, or a plain number) used as an expression: the
 // placeholders of a derivative are bound to these in the fused backward (autograd/derive.hpp).
+// A Value that refers to a vector kept elsewhere (the fused backward's tape, autograd/derive.hpp): an
+// expression over vectors held by value is aligned like a vector, so its scalars were copied as whole
+// vectors through the stack (a 4-byte store read back 64 bytes wide cannot be forwarded).
+template <class V>
+struct ValueRef {
+  const V* p;
+};
+
 template <class V, Dtype T>
 struct Value : ExprBase<Value<V, T>> {
   using value_type = T;
