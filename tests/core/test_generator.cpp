@@ -124,6 +124,73 @@ TEST_CASE("philox: key and counter layout") {
   CHECK(kiln::philox::block(0, 0) == kKat10[0].out);
 }
 
+TEST_CASE("philox: blocks and for_each_word_run (vectorized) equal block") {
+  using namespace kiln::philox;
+  // Seeds with both key words set; counters that carry into their high word inside a group.
+  for (const std::uint64_t seed : {0x299f31d0a4093822ull, 0ull, ~0ull})
+    for (const std::uint64_t first : {0ull, 0xFFFFFFF9ull, ~0ull - 20}) {
+      std::uint32_t words[4][16];
+      blocks<16>(seed, first, words);
+      for (int i = 0; i < 16; ++i) {
+        const Counter w = block(seed, first + std::uint64_t(i));
+        for (int j = 0; j < 4; ++j) REQUIRE(words[j][i] == w[j]);
+      }
+    }
+  // Element e = e0 + j takes lane e % 4 of counter start + e / 4: starts inside a counter and runs across groups.
+  const std::uint64_t seed = 0x0123456789abcdefull, start = 0xFFFFFFF0ull;
+  for (const std::uint64_t e0 : {0ull, 3ull, 61ull, 64ull})
+    for (const std::int64_t n : {0, 1, 5, 64, 131}) {
+      std::vector<std::uint32_t> got(std::size_t(n), 0);
+      std::int64_t next = 0;
+      for_each_word_run(seed, start, e0, n, [&](std::int64_t j, const std::uint32_t* words, std::int64_t count) {
+        REQUIRE(j == next);  // in order, no gaps
+        REQUIRE(count >= 1);
+        REQUIRE(count <= 64);
+        for (std::int64_t i = 0; i < count; ++i) got[std::size_t(j + i)] = words[i];
+        next = j + count;
+      });
+      REQUIRE(next == n);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::uint64_t e = e0 + std::uint64_t(j);
+        REQUIRE(got[std::size_t(j)] == block(seed, start + e / 4)[e % 4]);
+      }
+    }
+}
+
+TEST_CASE("philox: bernoulli_threshold is bernoulli in integers") {
+  using namespace kiln::philox;
+  // Every 24-bit value x >> 8 near each threshold, and p at, between and beyond multiples of 2^-24.
+  for (const double p : {0.0, 1.0, 0.5, 0.9, 0.1, 1.0 / 3, 0x1p-24, 0x1p-25, 1 - 0x1p-24, 1 - 0x1p-30, -0.5, 1.5}) {
+    const std::uint32_t t = bernoulli_threshold(p);
+    for (std::int64_t d = -3; d <= 3; ++d) {
+      const std::int64_t top = std::int64_t(t) + d;
+      if (top < 0 || top >= (1 << 24)) continue;
+      for (const std::uint32_t low : {0u, 0x7Fu, 0xFFu}) {
+        const std::uint32_t x = (std::uint32_t(top) << 8) | low;
+        REQUIRE(bernoulli(x, p) == ((x >> 8) < t));
+      }
+    }
+  }
+}
+
+TEST_CASE("fill: counters drawn 16 at a time match block across groups and the counter's high word") {
+  using namespace kiln::philox;
+  const std::uint64_t seed = 0xfedcba9876543210ull;
+  Generator g(seed);
+  g.set_offset(0xFFFFFFFAull);  // the counter's low word wraps inside the first group
+  std::vector<float> f(16 * 4 * 3 + 7);
+  kiln::fill_uniform(g, f.data(), std::int64_t(f.size()), 0.0, 1.0);
+  for (std::size_t i = 0; i < f.size(); ++i) REQUIRE(f[i] == to_float01(block(seed, 0xFFFFFFFAull + i / 4)[i % 4]));
+  std::vector<std::int64_t> r(16 * 2 + 3);
+  const std::uint64_t at = g.offset();
+  kiln::fill_randint(g, r.data(), std::int64_t(r.size()), 0, 1 << 20);
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const Counter w = block(seed, at + i / 2);
+    const std::uint64_t x = (std::uint64_t{w[2 * (i % 2) + 1]} << 32) | w[2 * (i % 2)];
+    REQUIRE(r[i] == static_cast<std::int64_t>(mulhi64(x, 1 << 20)));
+  }
+}
+
 TEST_CASE("philox: conversions to [0, 1) and mulhi64") {
   using namespace kiln::philox;
   CHECK(to_float01(0) == 0.0f);

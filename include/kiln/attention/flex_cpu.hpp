@@ -174,12 +174,12 @@ void apply_dropout(A* s, int64_t c, const Dropout& drop, const Sizes& g, int64_t
                       uint64_t(k0);
   const double keep = 1 - drop.p;
   const A scale = A(1 / keep);
-  philox::Counter w{};
-  for (int64_t j = 0; j < c; ++j) {
-    const uint64_t e = e0 + uint64_t(j);
-    if (j == 0 || e % 4 == 0) w = philox::block(drop.seed, drop.start + e / 4);
-    s[j] = philox::bernoulli(w[e % 4], keep) ? s[j] * scale : A(0);
-  }
+  const uint32_t threshold = philox::bernoulli_threshold(keep);
+  philox::for_each_word_run(drop.seed, drop.start, e0, c, [&](int64_t j, const uint32_t* words, int64_t count) {
+    A* row = s + j;
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) row[i] = (words[i] >> 8) < threshold ? row[i] * scale : A(0);
+  });
 }
 
 template <class A>
