@@ -107,6 +107,54 @@ TEST_CASE("a chain of elementwise ops records one node and one fused backward") 
   }
 }
 
+// A chain costly enough that its backward reads the root's value from the output (autograd::detail::
+// root_from_output): the bench_autograd Math chain.
+auto costly(const auto& x, const auto& w) { return sigmoid(exp(tanh(sin(x * w) + x) * 0.5 - w) * x + 1); }
+
+TEST_CASE("a costly expression's backward reads its root from the output, and gets the same gradients") {
+  using autograd::detail::root_from_output;
+  const Tensor<float> a = ones<float>({2});
+  static_assert(root_from_output<decltype(costly(a, a))>::value);
+  static_assert(root_from_output<decltype(costly(Tensor<double>(), Tensor<double>()))>::value);
+  static_assert(!root_from_output<decltype(exp(a * a))>::value);       // cheap: recomputed, no extra array
+  static_assert(!root_from_output<decltype(costly(a, a) * 2)>::value);  // mul's derivative does not read y
+  static_assert(!root_from_output<decltype(costly(a, a).to<bfloat16>())>::value);
+
+  // float, 1003 elements (a SIMD tail), against the float64 chain rule.
+  Tensor<float> x = rand<float>({1003}) * 2 - 1, w = rand<float>({1003}) * 2 - 1;
+  x.requires_grad_();
+  w.requires_grad_();
+  Tensor<float> y = costly(x, w);
+  y.backward(ones<float>({1003}), /*retain_graph=*/true);
+  const float *px = x.data_ptr(), *pw = w.data_ptr(), *gx = x.grad().data_ptr(), *gw = w.grad().data_ptr();
+  for (int i = 0; i < 1003; ++i) {
+    const double u = px[i], v = pw[i], a1 = u * v, c = std::sin(a1) + u, d = std::tanh(c), h = std::exp(d * 0.5 - v);
+    const double out = 1 / (1 + std::exp(-(h * u + 1))), dj = out * (1 - out), dh = dj * u, dd = dh * h * 0.5;
+    const double dc = dd * (1 - d * d), da = dc * std::cos(a1);
+    INFO(i);
+    REQUIRE(gx[i] == doctest::Approx(da * v + dc + dj * h).epsilon(2e-4));
+    REQUIRE(gw[i] == doctest::Approx(da * u - dh * h).epsilon(2e-4));
+  }
+  // The graph was retained: the saved output serves a second backward (gradients accumulate).
+  const std::vector<float> once = x.grad().to_vector();
+  y.backward(ones<float>({1003}));
+  CHECK(x.grad().to_vector()[7] == doctest::Approx(2 * once[7]));
+
+  // double: gradcheck, broadcasting w over rows.
+  const Tensor<double> xd = sample({.lo = -1, .hi = 1}, {3, 5}, 7), wd = sample({.lo = -1, .hi = 1}, {5}, 8);
+  const auto check = autograd::gradcheck([](const auto& in) { return Tensor<double>(costly(in[0], in[1])); }, {xd, wd});
+  INFO(check.message);
+  CHECK(check.ok);
+
+  // The output is saved as PyTorch saves exp's and sigmoid's: modifying it in place makes backward throw.
+  Tensor<float> z = costly(x, w);
+  {
+    NoGradGuard guard;
+    z *= 2.0f;
+  }
+  CHECK_THROWS_WITH_AS(z.backward(ones<float>({1003})), doctest::Contains("modified in place"), StaleExpressionError);
+}
+
 TEST_CASE("gradients accumulate across backward calls; zero_grad clears them; hooks see and replace them") {
   Tensor<double> x = full<double>({3}, 2.0);
   x.requires_grad_();

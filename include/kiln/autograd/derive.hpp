@@ -117,16 +117,29 @@ inline auto tape_forward(const Scalar<T>& scalar, const S& s) {
 }
 template <int I, class Op, class... A, class S>
 inline auto tape_forward(const Map<Op, A...>& m, const S& s);
-template <int I, class Op, class... A, class S, size_t... K>
-inline auto tape_forward_args(const Map<Op, A...>& m, const S& s, std::index_sequence<K...>) {
+// `given`: null, or the node's value already computed (the stored output, for the root).
+template <int I, class Op, class... A, class S, class Given, size_t... K>
+inline auto tape_forward_args(const Map<Op, A...>& m, const S& s, const Given* given, std::index_sequence<K...>) {
   using Children = ArgPack<decltype(tape_forward<I + leaf_offset<K, A...>()>(arg<K>(m.args), s))...>;
   const Children children{tape_forward<I + leaf_offset<K, A...>()>(arg<K>(m.args), s)...};
-  const auto value = s.template apply<Op>(arg<K>(children).value...);
-  return TapeNode<std::remove_const_t<decltype(value)>, decltype(tape_forward<I + leaf_offset<K, A...>()>(arg<K>(m.args), s))...>{value, children};
+  using V = std::remove_const_t<decltype(s.template apply<Op>(arg<K>(children).value...))>;
+  static_assert(std::is_same_v<Given, V> || std::is_null_pointer_v<Given>);
+  const V value = [&] {
+    if constexpr (std::is_same_v<Given, V>) return *given;
+    else return s.template apply<Op>(arg<K>(children).value...);
+  }();
+  return TapeNode<V, decltype(tape_forward<I + leaf_offset<K, A...>()>(arg<K>(m.args), s))...>{value, children};
 }
 template <int I, class Op, class... A, class S>
 inline auto tape_forward(const Map<Op, A...>& m, const S& s) {
-  return tape_forward_args<I>(m, s, std::index_sequence_for<A...>{});
+  return tape_forward_args<I>(m, s, static_cast<const std::nullptr_t*>(nullptr), std::index_sequence_for<A...>{});
+}
+// The tape of a root whose value is stored (the output of a materialized expression): its children's values
+// are computed, its own is not (its derivative reads only the output, so the compiler drops what computed
+// the root's operands unless another derivative needs them).
+template <int I, class Op, class... A, class S, class V>
+inline auto tape_forward_given(const Map<Op, A...>& m, const S& s, const V& value) {
+  return tape_forward_args<I>(m, s, &value, std::index_sequence_for<A...>{});
 }
 
 // The derivative of a node bound to its tape: one result per child (a unary derivative's single

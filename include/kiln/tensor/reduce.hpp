@@ -122,7 +122,7 @@ template <class E, class Out>
 void record_sum(const E& e, const Tensor<Out>& out, const Shape& in, const Reduction& rd, bool mean) {
   if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0) {
     if (autograd::needs_graph(e))
-      autograd::record_fused(e, out.impl_ptr(), in, kept_shape(in, rd), mean ? "MeanBackward" : "SumBackward",
+      autograd::record_fused<E, false>(e, out.impl_ptr(), in, kept_shape(in, rd), mean ? "MeanBackward" : "SumBackward",
                              mean ? 1.0 / double(rd.count) : 1.0);
   }
 }

@@ -26,7 +26,7 @@ struct Node;
 inline bool requires_grad(const TensorImpl& impl);
 template <class E>
 bool needs_graph(const E& e);
-template <class E>
+template <class E, bool kMaterialized>
 void record_fused(const E& e, const std::shared_ptr<TensorImpl>& out, const Shape& expr_shape,
                   const Shape& expanded_grad_shape, const char* kind, double scale);
 void record_view(const std::shared_ptr<TensorImpl>& base, const std::shared_ptr<TensorImpl>& view, const char* kind);
@@ -236,7 +236,7 @@ template <class E>
 std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr) {
   auto out = evaluate_new(expr);
   if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0) {
-    if (autograd::needs_graph(expr)) autograd::record_fused(expr, out, out->shape, out->shape, "FusedBackward", 1.0);
+    if (autograd::needs_graph(expr)) autograd::record_fused<E, true>(expr, out, out->shape, out->shape, "FusedBackward", 1.0);
   }
   return out;
 }
