@@ -140,6 +140,80 @@ TEST_CASE("autocast: conv2d, linear and attention of float tensors run in the 16
   CHECK(conv.to_vector() != F::conv2d(img, kernel, bias, {1, 1}, {1, 1}).to_vector());
 }
 
+TEST_CASE("autocast: a weight is cast once per outermost region and reused; gradients of every use add up") {
+  manual_seed(9);
+  const Tensor<float> x0 = randn<float>({5, 8}), x1 = randn<float>({3, 8}), w0 = randn<float>({4, 8});
+  Tensor<float> w = leaf(w0.clone());
+  const Tensor<float> act = randn<float>({5, 8});  // not a weight: never cached
+  // The node that casts w: the one in y's graph whose input is w's accumulator.
+  auto cast_node = [&](const Tensor<float>& y) {
+    std::vector<std::shared_ptr<autograd::Node>> todo{y.grad_fn()};
+    while (!todo.empty()) {
+      const auto node = todo.back();
+      todo.pop_back();
+      for (const auto& edge : node->next_edges) {
+        if (edge.fn && edge.fn->accumulates()) return node;
+        if (edge.fn) todo.push_back(edge.fn);
+      }
+    }
+    return std::shared_ptr<autograd::Node>();
+  };
+  Tensor<float> y0, y1;
+  {
+    AutocastGuard outer(kCPU);
+    y0 = F::linear(x0, w);
+    {
+      AutocastGuard inner(kCPU);  // a nested region shares the outer one's cache
+      y1 = F::linear(x1, w);
+    }
+    CHECK(autocast::detail::cast_cache().size() == 1);
+    REQUIRE(cast_node(y0));
+    CHECK(cast_node(y0) == cast_node(y1));  // one cast of w, used twice
+    (void)F::linear(act, w);
+    CHECK(autocast::detail::cast_cache().size() == 1);  // act requires no grad: cast, not cached
+    // Changing a weight in place invalidates its cast.
+    Tensor<float> u = leaf(w0.clone());
+    const Tensor<float> before = F::linear(x0, u);
+    CHECK(cast_node(F::linear(x1, u)) == cast_node(before));
+    {
+      NoGradGuard no_grad;
+      u *= 2.0f;
+    }
+    const Tensor<float> after = F::linear(x0, u);
+    CHECK(cast_node(after) != cast_node(before));
+    CHECK(after.to_vector() != before.to_vector());
+  }
+  CHECK(autocast::detail::cast_cache().empty());  // cleared when the outermost region ends
+
+  // The gradient through the shared cast is the sum over both uses, as with separate casts.
+  sum(y0).backward(Tensor<float>(), /*retain_graph=*/true);
+  sum(y1).backward();
+  Tensor<float> wr = leaf(w0.clone());
+  using H = bfloat16;
+  const Tensor<float> r0 = matmul(x0.to<H>(), wr.to<H>().t()).to<float>();
+  const Tensor<float> r1 = matmul(x1.to<H>(), wr.to<H>().t()).to<float>();
+  CHECK(y0.to_vector() == r0.to_vector());
+  sum(r0).backward();
+  sum(r1).backward();
+  CHECK(w.grad().to_vector() == wr.grad().to_vector());
+
+  // A backward inside the region frees the cast's node; the next use casts again instead of reusing it.
+  Tensor<float> v = leaf(w0.clone());
+  {
+    AutocastGuard guard(kCPU);
+    sum(F::linear(x0, v)).backward();
+    sum(F::linear(x0, v)).backward();  // would throw "a second time" if the freed cast were reused
+    // Not in grad mode: cast, not cached.
+    NoGradGuard no_grad;
+    autocast::clear_cache();
+    (void)F::linear(x0, v);
+    CHECK(autocast::detail::cast_cache().empty());
+  }
+  Tensor<float> vr = leaf(w0.clone());
+  for (int i = 0; i < 2; ++i) sum(matmul(x0.to<H>(), vr.to<H>().t()).to<float>()).backward();
+  CHECK(v.grad().to_vector() == vr.grad().to_vector());
+}
+
 TEST_CASE("autocast: double tensors are untouched; scopes nest and restore; the CUDA state is separate") {
   manual_seed(7);
   const Tensor<double> a = randn<double>({4, 6}), b = randn<double>({6, 3});

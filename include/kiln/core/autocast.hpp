@@ -13,12 +13,17 @@
 //
 // The state is per thread and per device, as in PyTorch. The CUDA state can be set, but kiln has no CUDA
 // tensors yet (the CUDA backend is a later issue), so only the CPU one changes anything.
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
 #include <utility>
 
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
 
 namespace kiln {
+
+struct TensorImpl;
 
 enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
 inline constexpr DeviceType kCPU = DeviceType::CPU, kCUDA = DeviceType::CUDA;
@@ -41,6 +46,37 @@ inline State& state(DeviceType device) {
 inline bool is_enabled(DeviceType device = kCPU) { return detail::state(device).enabled; }
 inline ScalarType get_dtype(DeviceType device = kCPU) { return detail::state(device).dtype; }
 
+// PyTorch's autocast cache: within the outermost region, the 16-bit copy of a weight (a float leaf that requires
+// grad) is made once and reused by every op that casts it (tensor/autocast_cast.hpp); cleared when the outermost
+// guard ends, or by clear_cache() (torch.clear_autocast_cache).
+struct CachedCast {
+  std::weak_ptr<TensorImpl> source;  // the weight (an address can be reused after it is freed)
+  uint64_t version;                  // the weight's version when it was cast
+  std::shared_ptr<TensorImpl> cast;  // the 16-bit copy, recorded with its cast node
+};
+namespace detail {
+struct CastKey {
+  const TensorImpl* source;
+  ScalarType dtype;
+  bool operator==(const CastKey&) const = default;
+};
+struct CastKeyHash {
+  size_t operator()(const CastKey& k) const noexcept {
+    return std::hash<const void*>()(k.source) ^ (size_t(k.dtype) * 0x9E3779B97F4A7C15ull);
+  }
+};
+using CastCache = std::unordered_map<CastKey, CachedCast, CastKeyHash>;
+inline CastCache& cast_cache() {
+  thread_local CastCache cache;
+  return cache;
+}
+inline int& nesting() {  // AutocastGuards alive on this thread
+  thread_local int depth = 0;
+  return depth;
+}
+}  // namespace detail
+inline void clear_cache() { detail::cast_cache().clear(); }
+
 // f(H{}) with H the CPU autocast type (bfloat16 or float16): what an autocast op calls for its float case.
 template <class F>
 decltype(auto) with_cpu_dtype(F&& f) {
@@ -61,8 +97,12 @@ class AutocastGuard {
     check(dtype == ScalarType::BFloat16 || dtype == ScalarType::Half,
           "AutocastGuard: autocast runs ops in bfloat16 or float16, not ", dtype_name(dtype));
     autocast::detail::state(device) = {enabled, dtype};
+    ++autocast::detail::nesting();
   }
-  ~AutocastGuard() { autocast::detail::state(device_) = previous_; }
+  ~AutocastGuard() {
+    autocast::detail::state(device_) = previous_;
+    if (--autocast::detail::nesting() == 0) autocast::clear_cache();
+  }
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 

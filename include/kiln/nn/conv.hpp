@@ -162,8 +162,8 @@ Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
     if (autocast::is_enabled(kCPU))  // in the autocast type, as PyTorch: input, weight and bias (core/autocast.hpp)
       return autocast::with_cpu_dtype([&](auto h) {
         using H = decltype(h);
-        const Tensor<H> b = bias.defined() ? bias.template to<H>() : Tensor<H>();
-        return conv2d(x.template to<H>(), weight.template to<H>(), b, stride, padding, dilation, groups)
+        const Tensor<H> b = bias.defined() ? autocast::cast<H>(bias) : Tensor<H>();
+        return conv2d(autocast::cast<H>(x), autocast::cast<H>(weight), b, stride, padding, dilation, groups)
             .template to<float>();
       });
   }

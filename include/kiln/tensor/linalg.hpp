@@ -5,6 +5,7 @@
 // Eigen without a copy. An expression operand is materialized first. Kept out of the elementwise
 // headers: Eigen's product is the most expensive thing kiln compiles.
 #include "kiln/core/autocast.hpp"
+#include "kiln/tensor/autocast_cast.hpp"
 #include "kiln/cpu/gemm.hpp"
 #include "kiln/tensor/factory.hpp"  // empty (MatmulBackward)
 #include "kiln/tensor/tensor.hpp"
@@ -175,7 +176,7 @@ template <Operand X, Operand Y, class Product>
 Tensor<float> autocast_product(const X& x, const Y& y, Product product) {
   return autocast::with_cpu_dtype([&](auto h) {
     using H = decltype(h);
-    return Tensor<float>(product(Tensor<H>(x.template to<H>()), Tensor<H>(y.template to<H>())).template to<float>());
+    return Tensor<float>(product(autocast::cast<H>(x), autocast::cast<H>(y)).template to<float>());
   });
 }
 
