@@ -22,11 +22,20 @@ struct FusedNode : Node {
         grad_shape_(std::move(expanded)),
         kind_(std::move(kind)),
         scale_(scale) {
-    for (size_t k = 0; k < leaves.size(); ++k) {
-      next_edges.push_back(reaches[k] ? gradient_edge(leaves[k]) : Edge{});
-      leaves_.emplace_back(leaves[k]);
-      // A tensor that appears as several leaves (a * a) gets one buffer: its first leaf stores its
-      // gradient there and the others add theirs (not through staging: float and double only).
+    const size_t n = leaves.size();
+    next_edges.reserve(n);
+    leaves_.reserve(n);
+    owner_.reserve(n);
+    for (size_t k = 0; k < n; ++k) {
+      // A tensor that appears as several leaves (a * a) is saved once and its edge looked up once.
+      size_t first = k;
+      for (size_t j = 0; j < k && first == k; ++j)
+        if (leaves[j] == leaves[k]) first = j;
+      if (!reaches[k]) next_edges.emplace_back();
+      else next_edges.push_back(first < k && reaches[first] ? next_edges[first] : gradient_edge(leaves[k]));
+      leaves_.push_back(first < k ? leaves_[first] : SavedTensor(leaves[k]));
+      // It also gets one buffer: its first leaf stores its gradient there and the others add theirs (not
+      // through staging: float and double only).
       owner_.push_back(int(k));
       const bool plain = leaves[k]->dtype == ScalarType::Float || leaves[k]->dtype == ScalarType::Double;
       for (size_t j = 0; j < k && plain && next_edges[k].valid(); ++j)
