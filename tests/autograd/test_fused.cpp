@@ -119,6 +119,17 @@ TEST_CASE("a costly expression's backward reads its root from the output, and ge
   static_assert(!root_from_output<decltype(exp(a * a))>::value);       // cheap: recomputed, no extra array
   static_assert(!root_from_output<decltype(costly(a, a) * 2)>::value);  // mul's derivative does not read y
   static_assert(!root_from_output<decltype(costly(a, a).to<bfloat16>())>::value);
+  // 64 leaves (the most a backward loop takes): no room for the output, recomputed.
+  Tensor<float> many = rand<float>({7}) - 0.5f;
+  many.requires_grad_();
+  const auto sum64 = [&]<size_t... I>(std::index_sequence<I...>) { return ((many * float(I + 1)) + ...); };
+  const auto wide = exp(sum64(std::make_index_sequence<64>{}) * 0.01f);
+  using Wide = std::remove_cvref_t<decltype(wide)>;
+  static_assert(leaf_count_v<Wide> == 64 && tree_traits<Wide>::cost >= 64 && !root_from_output<Wide>::value);
+  Tensor<float>(wide).backward(ones<float>({7}));
+  const float scale = 0.01f * 64 * 65 / 2;
+  for (int i = 0; i < 7; ++i)
+    CHECK(many.grad().to_vector()[i] == doctest::Approx(scale * std::exp(scale * many.to_vector()[i])).epsilon(1e-4));
 
   // float, 1003 elements (a SIMD tail), against the float64 chain rule.
   Tensor<float> x = rand<float>({1003}) * 2 - 1, w = rand<float>({1003}) * 2 - 1;

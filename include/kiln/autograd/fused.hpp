@@ -165,8 +165,10 @@ template <class Op, class... A>
 struct root_from_output<Map<Op, A...>> {
   static constexpr bool compute() {
     using T = typename Map<Op, A...>::value_type;
+    using E = Map<Op, A...>;
+    // (The output is one more operand of the backward loop: a tree with the most leaves keeps recomputing.)
     if constexpr (!ops::is_differentiable<Op>() || !(std::is_same_v<T, float> || std::is_same_v<T, double>) ||
-                  tree_traits<Map<Op, A...>>::cost < kComputeBoundCost)
+                  tree_traits<E>::cost < kComputeBoundCost || 2 * tree_traits<E>::leaves + 2 > kMaxOperands)
       return false;
     else
       return grad_reads_output<T, Op, A...>();
