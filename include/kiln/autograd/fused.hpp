@@ -27,22 +27,21 @@ struct FusedNode : Node {
     leaves_.reserve(n);
     owner_.reserve(n);
     for (size_t k = 0; k < n; ++k) {
-      // A tensor that appears as several leaves (a * a) is saved once and its edge looked up once.
-      size_t first = k;
-      for (size_t j = 0; j < k && first == k; ++j)
-        if (leaves[j] == leaves[k]) first = j;
-      if (!reaches[k]) next_edges.emplace_back();
-      else next_edges.push_back(first < k && reaches[first] ? next_edges[first] : gradient_edge(leaves[k]));
-      leaves_.push_back(first < k ? leaves_[first] : SavedTensor(leaves[k]));
-      // It also gets one buffer: its first leaf stores its gradient there and the others add theirs (not
-      // through staging: float and double only).
-      owner_.push_back(int(k));
-      const bool plain = leaves[k]->dtype == ScalarType::Float || leaves[k]->dtype == ScalarType::Double;
-      for (size_t j = 0; j < k && plain && next_edges[k].valid(); ++j)
-        if (leaves[j] == leaves[k] && next_edges[j].valid()) {
-          owner_[k] = int(j);
-          break;
+      // A tensor that appears as several leaves (a * a) is saved once and its edge looked up once: `same` is its
+      // first leaf, `same_grad` its first leaf that gets a gradient (k when there is none before k).
+      size_t same = k, same_grad = k;
+      for (size_t j = 0; j < k && same_grad == k; ++j)
+        if (leaves[j] == leaves[k]) {
+          if (same == k) same = j;
+          if (reaches[j]) same_grad = j;
         }
+      if (!reaches[k]) next_edges.emplace_back();
+      else next_edges.push_back(same_grad < k ? next_edges[same_grad] : gradient_edge(leaves[k]));
+      leaves_.push_back(same < k ? leaves_[same] : SavedTensor(leaves[k]));
+      // It also gets one buffer: its first leaf with a gradient stores it there and the others add theirs (not
+      // through staging: float and double only).
+      const bool plain = leaves[k]->dtype == ScalarType::Float || leaves[k]->dtype == ScalarType::Double;
+      owner_.push_back(plain && next_edges[k].valid() ? int(same_grad) : int(k));
     }
   }
 
@@ -132,9 +131,6 @@ void describe(std::ostream& out, const Map<Op, A...>& m, int& leaf) {
   out << ')';
 }
 
-}  // namespace detail
-
-namespace detail {
 // Whether a materialized expression's backward reads the root's value y from the output instead of recomputing
 // it: where the root's derivative reads y (exp, sigmoid, tanh, sqrt, ...), the stored output is the computed
 // value (float, double), and the tree is costly enough that the backward is bound by its arithmetic rather than

@@ -15,10 +15,10 @@ namespace functional {
 inline Tensor<float> linear(const Tensor<float>& x, const Tensor<float>& weight, const Tensor<float>& bias = {}) {
   // Under autocast the weight is cast before it is transposed, so that its 16-bit copy is the cached one
   // (tensor/autocast_cast.hpp); the bias is added in float to the rounded product.
-  const Tensor<float> y = !autocast::is_enabled(kCPU) ? matmul(x, weight.t()) : autocast::with_cpu_dtype([&](auto h) {
-    using H = decltype(h);
-    return Tensor<float>(matmul(autocast::cast<H>(x), autocast::cast<H>(weight).t()).template to<float>());
-  });
+  const Tensor<float> y =
+      !autocast::is_enabled(kCPU)
+          ? matmul(x, weight.t())
+          : kiln::detail::autocast_product(x, weight, [](const auto& a, const auto& w) { return matmul(a, w.t()); });
   return bias.defined() ? Tensor<float>(y + bias) : y;
 }
 inline Tensor<float> relu(const Tensor<float>& x) { return kiln::relu(x); }
