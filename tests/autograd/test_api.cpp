@@ -252,4 +252,15 @@ TEST_CASE("InferenceMode: no graph, inference tensors without version counting, 
   CHECK(w.grad()[2].item() == doctest::Approx(y[2].item()));
 }
 
+TEST_CASE("an untracked evaluation (backward formulas) computes without a graph and refuses where one is needed") {
+  Tensor<double> x = sample({5}, 3).requires_grad_();
+  // In grad mode a leaf that requires grad would need a node: refused rather than silently unrecorded.
+  CHECK_THROWS_WITH_AS((void)kiln::detail::untracked(x * 2.0), doctest::Contains("requires grad"), std::logic_error);
+  NoGradGuard no_grad;
+  const Tensor<double> y = kiln::detail::untracked(x * 2.0 + 1.0);
+  CHECK_FALSE(y.requires_grad());
+  for (int i = 0; i < 5; ++i) CHECK(y[i].item() == doctest::Approx(2 * x[i].item() + 1));
+  CHECK(&kiln::detail::untracked(y) == &y);  // a tensor is already evaluated
+}
+
 }  // namespace test_autograd_api

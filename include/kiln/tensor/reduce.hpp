@@ -147,7 +147,7 @@ struct ReductionBackward : Node {
     const ImplPtr& o = out_.unpack(*this);
     const Tensor<T> g(grads[0]->view_as(kept_, contiguous_strides(kept_), grads[0]->offset));
     const Tensor<T> out(o->view_as(kept_, contiguous_strides(kept_), o->offset));
-    return {Tensor<T>(formula_(Tensor<T>(g.contiguous()), Tensor<T>(x_.unpack(*this)), out)).impl_ptr()};
+    return {kiln::detail::untracked(formula_(g.contiguous(), Tensor<T>(x_.unpack(*this)), out)).impl_ptr()};
   }
 
  private:
@@ -181,8 +181,8 @@ auto differentiable_reduction(const E& e, const Shape& in, const Reduction& rd, 
 // The gradient of a max / min / inf-norm: split evenly among the elements equal to the result.
 template <class T>
 Tensor<T> split_among_extremes(const Tensor<T>& g, const Tensor<T>& hit_values, const Tensor<T>& out, const Dims& dims) {
-  const Tensor<T> hit = (hit_values == out).template to<T>();
-  return g * hit / sum(hit, dims, true);
+  const Tensor<T> hit = untracked((hit_values == out).template to<T>());
+  return untracked(g * hit / sum(hit, dims, true));
 }
 
 // The reduced dims as a list.
@@ -222,9 +222,9 @@ auto prod_impl(const E& e, const Shape& in, const Reduction& rd) {
       [dims](const auto& g, const auto& x, const auto& out) {
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
         using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
-        const Tensor<V> zeros = sum((x == S(0)).template to<V>(), dims, true);
-        const Tensor<V> others = prod(where(x == S(0), S(1), x), dims, true);
-        return Tensor<V>(g * where(x != S(0), where(zeros == S(0), out / x, S(0)), where(zeros == S(1), others, S(0))));
+        const Tensor<V> zeros = sum(untracked((x == S(0)).template to<V>()), dims, true);
+        const Tensor<V> others = prod(untracked(where(x == S(0), S(1), x)), dims, true);
+        return untracked(g * where(x != S(0), where(zeros == S(0), out / x, S(0)), where(zeros == S(1), others, S(0))));
       });
 }
 template <bool kMax, class E>
@@ -280,7 +280,7 @@ auto extreme_with_indices_recorded(const E& e, const Shape& in, const Reduction&
       auto formula = [indices, positions](const auto& g, const auto& x_, const auto&) {
         using V = typename std::remove_cvref_t<decltype(x_)>::value_type;
         using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
-        return Tensor<V>(where(positions == indices, g, S(0)));
+        return untracked(where(positions == indices, g, S(0)));
       };
       autograd::meta_of(std::get<0>(result).impl_ptr()).grad_fn =
           std::make_shared<autograd::ReductionBackward<T, decltype(formula)>>(
@@ -320,9 +320,9 @@ auto var_impl(const E& e, const Shape& in, const Reduction& rd, double correctio
       [dims, denom, take_sqrt](const auto& g, const auto& x, const auto& out) {
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
         using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
-        const Tensor<V> centered = x - mean(x, dims, true);
-        if (take_sqrt) return Tensor<V>(g * centered / (out * S(denom)));
-        return Tensor<V>(g * centered * S(2 / denom));
+        const Tensor<V> centered = untracked(x - mean(x, dims, true));
+        if (take_sqrt) return untracked(g * centered / (out * S(denom)));
+        return untracked(g * centered * S(2 / denom));
       });
 }
 template <class E>
@@ -369,11 +369,11 @@ auto norm_grad_impl(const E& e, const Shape& in, const Reduction& rd, double p) 
       [dims, p](const auto& g, const auto& x, const auto& out) {
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
         using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
-        if (std::isinf(p)) return Tensor<V>(sign(x) * split_among_extremes(g, Tensor<V>(abs(x)), out, dims));
-        if (p == 0) return Tensor<V>(x * S(0));
-        if (p == 1) return Tensor<V>(g * sign(x));
-        if (p == 2) return Tensor<V>(where(out == S(0), S(0), g * x / out));
-        return Tensor<V>(where(out == S(0), S(0), g * sign(x) * pow(abs(x), S(p - 1)) / pow(out, S(p - 1))));
+        if (std::isinf(p)) return untracked(sign(x) * split_among_extremes(g, untracked(abs(x)), out, dims));
+        if (p == 0) return untracked(x * S(0));
+        if (p == 1) return untracked(g * sign(x));
+        if (p == 2) return untracked(where(out == S(0), S(0), g * x / out));
+        return untracked(where(out == S(0), S(0), g * sign(x) * pow(abs(x), S(p - 1)) / pow(out, S(p - 1))));
       });
 }
 
@@ -558,7 +558,7 @@ auto cumsum(const X& x, I dim) {
       // The gradient of a running sum is the running sum from the end: total - cumsum(g) + g.
       auto formula = [d](const auto& g, const auto&, const auto&) {
         using V = typename std::remove_cvref_t<decltype(g)>::value_type;
-        return Tensor<V>(sum(g, Dims{d}, true) - cumsum(g, d) + g);
+        return detail::untracked(sum(g, Dims{d}, true) - cumsum(g, d) + g);
       };
       autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd::ReductionBackward<T, decltype(formula)>>(
           "CumsumBackward", in.impl_ptr(), out.impl_ptr(), in.shape(), formula);

@@ -234,8 +234,8 @@ struct SoftmaxBackward : Node {
     if (!grads.at(0)) return {nullptr};
     NoGradGuard no_grad;
     const Tensor<T> g(grads[0]), y(y_.unpack(*this));
-    if constexpr (kLog) return {Tensor<T>(g - exp(y) * sum(g, Dims{dim_}, true)).impl_ptr()};
-    else return {Tensor<T>(y * (g - sum(g * y, Dims{dim_}, true))).impl_ptr()};
+    if constexpr (kLog) return {kiln::detail::untracked(g - exp(y) * sum(g, Dims{dim_}, true)).impl_ptr()};
+    else return {kiln::detail::untracked(y * (g - sum(g * y, Dims{dim_}, true))).impl_ptr()};
   }
 
  private:
