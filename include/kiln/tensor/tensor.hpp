@@ -243,9 +243,9 @@ std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr) {
 
 // expr's values in a new tensor, recording nothing, for code that always runs under no-grad: backward formulas
 // (the engine runs every node without recording) and optimizer steps. Tensor(expr) would compile the
-// expression's fused backward too, never run there: norm's gradient formulas compiled 10.7 s of the 12.6 s that a
-// call of norm() added to a file (docs/performance.md). Where a leaf does need a graph it throws, so a call
-// outside no-grad cannot drop a gradient silently.
+// expression's fused backward too, never run there: 4.3 s of the 12.6 s that a call of norm() added to a file
+// (docs/performance.md). Where a leaf does need a graph it throws, so a call outside no-grad cannot drop a
+// gradient silently.
 template <class E>
 Tensor<typename E::value_type> untracked(const E& expr) {
   check<std::logic_error>(!autograd::needs_graph(expr),
