@@ -18,7 +18,7 @@ double clip_grad_norm_(const std::vector<Tensor<T>>& params, double max_norm, do
   for (const Tensor<T>& p : params) {
     const Tensor<T> g = p.grad();
     if (!g.defined()) continue;
-    const double n = double(norm(g, norm_type).item());
+    const double n = double(kiln::detail::untracked_norm(g, norm_type).item());
     total = inf ? std::max(total, n) : total + std::pow(n, norm_type);
   }
   if (!inf) total = std::pow(total, 1 / norm_type);

@@ -506,6 +506,16 @@ KILN_VAR_OVERLOADS(std_mean, var_mean_impl, true)
 
 // ---- norm: p = 2 (default), 1, inf, -inf, 0 (count of nonzeros) or any other p ------------------
 
+namespace detail {
+// The norm of all of x without its backward, for code that runs under no-grad (clip_grad_norm_): a file that calls
+// norm() compiles the backward of every p as well (docs/performance.md).
+template <Dtype T>
+Tensor<T> untracked_norm(const Tensor<T>& x, double p) {
+  const Shape in = x.shape();
+  return norm_impl(Leaf<T>(x.impl_ptr()), in, reduce_all(in), p);
+}
+}  // namespace detail
+
 template <Operand X>
 auto norm(const X& x, double p = 2) {
   const auto e = detail::reduce_node(x);
