@@ -567,7 +567,6 @@ auto cumsum(const X& x, I dim) {
     if (GradMode::is_enabled() && in.requires_grad()) {
       // The gradient of a running sum is the running sum from the end: total - cumsum(g) + g.
       auto formula = [d](const auto& g, const auto&, const auto&) {
-        using V = typename std::remove_cvref_t<decltype(g)>::value_type;
         return detail::untracked(sum(g, Dims{d}, true) - cumsum(g, d) + g);
       };
       autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd::ReductionBackward<T, decltype(formula)>>(
