@@ -10,8 +10,8 @@ predicts, plus 0.5 s. A quadratic derivation (DESIGN.md's 12.3 s at depth 20) ad
 from depth 10 (10, 70, 130). The growth is judged at -O0 because it measures what kiln asks of the compiler
 (the instantiations and the code they emit): at -O2, GCC's inliner has size thresholds that move with -march,
 and on one CI machine the 40-to-70 step took 1.7 to 2.1 times the 10-to-40 step in each of three rounds while
-this machine's steps were equal and -O0 grew linearly on both. The budget (the deepest build at -O2 under its
-limit) holds the optimized build.
+this machine's steps were equal and -O0 grew linearly on both. The budget (the BUDGET_DEPTH build at -O2 under
+its limit) holds the optimized build.
 
 Each measurement is retried while it fails (three rounds at most) and each build's fastest try counts, so
 bursts of load on a shared machine do not fail it. The limit is scaled to the machine as in compile_time.py

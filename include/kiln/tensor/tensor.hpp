@@ -242,7 +242,7 @@ std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr) {
 }
 
 // expr's values in a new tensor, recording nothing, for code that always runs under no-grad: backward formulas
-// (the engine runs every node without recording) and optimizer steps. Tensor(expr) would compile the
+// (the engine runs every node without recording). Tensor(expr) would compile the
 // expression's fused backward too, never run there: 4.3 s of the 12.6 s that a call of norm() added to a file
 // (docs/performance.md). Where a leaf does need a graph it throws, so a call outside no-grad cannot drop a
 // gradient silently.
