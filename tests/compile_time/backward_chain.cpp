@@ -1,8 +1,8 @@
 // Compile-time budget, autograd: a chain of KILN_CHAIN_DEPTH elementwise ops (four kinds of node, as
 // chain40.cpp), materialized with a leaf that requires grad, then backpropagated: the forward
 // kernel and the fused backward derived from it (docs/performance.md). Built at depths 10, 70 and
-// 130 at -O0 by scripts/compile_growth.py, which checks that the time grows linearly with the depth,
-// and at depth 70 at -O2 against its limit.
+// 130 at -O0 by scripts/compile_growth.py, which checks that the functions instantiated and their code
+// grow linearly with the depth, and at depth 70 at -O2 against its limit.
 #include <cstdio>
 
 #include "chain.hpp"
