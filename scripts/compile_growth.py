@@ -90,14 +90,15 @@ def measure_growth(tu, depths, compiler, tmp):
     return rows
 
 
-def judge_growth(name, depths, rows):
+def judge_growth(name, depths, rows, expect_superlinear):
     """Prints one line per measure; returns whether functions and code grow at most linearly."""
     linear = True
     for column, label in ((0, "functions"), (1, "bytes of code")):
         values = [row[column] for row in rows]
         ok = grows_linearly(depths, values)
         linear = linear and ok
-        print(f"{'PASS' if ok else 'FAIL'} {name} at -O0: {label} {' / '.join(map(str, values))} at depths "
+        verdict = ("linear" if ok else "superlinear") if expect_superlinear else ("PASS" if ok else "FAIL")
+        print(f"{verdict} {name} at -O0: {label} {' / '.join(map(str, values))} at depths "
               f"{', '.join(map(str, depths))}; the {depths[1]}->{depths[2]} step is "
               f"{growth_ratio(depths, values):.2f} times the linear prediction (limit 1.1)")
     times = [row[3] for row in rows]
@@ -126,7 +127,7 @@ def main():
         rows = measure_growth(tu, depths, compiler + dep_flags, tmp)
         if rows is None:
             return 1
-        linear = judge_growth(name, depths, rows)
+        linear = judge_growth(name, depths, rows, expect_superlinear)
         if expect_superlinear:
             print(f"{'FAIL' if linear else 'PASS'} the growth check {'missed' if linear else 'caught'} the "
                   f"superlinear control {name}")
