@@ -342,6 +342,7 @@ void record_fused(const E& e, const ImplPtr& out, const Shape& expr_shape, const
                   const char* kind, double scale) {
   constexpr bool kOutput = kMaterialized && detail::root_from_output<E>::value;
   std::vector<ImplPtr> leaves;
+  leaves.reserve(leaf_count_v<E>);
   for_each_leaf(e, [&](const auto& leaf) { leaves.push_back(leaf.impl); });
   AutogradMeta& meta = meta_of(out);
   meta.grad_fn =
