@@ -29,9 +29,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_time import compile_once, dependency_flags, describe_scale, machine_scale, read_limit  # noqa: E402
+from compile_time import (compile_once, dependency_flags, describe_scale, fastest_compile, machine_scale,  # noqa: E402
+                          read_limit)
 
-ROUNDS = 3
 FUNCTION_SYMBOL_TYPES = set("TtWw")
 
 
@@ -60,21 +60,6 @@ def growth_ratio(depths, values):
 
 def grows_linearly(depths, values):
     return growth_ratio(depths, values) <= 1.1
-
-
-def fastest_time(cmd, limit, name):
-    """The fastest CPU time of cmd over up to ROUNDS tries, stopping once one is under limit; None if it fails."""
-    best = None
-    for attempt in range(ROUNDS):
-        proc, cpu, _, _ = compile_once(cmd)
-        if proc.returncode != 0:
-            print(f"FAIL {name}: does not compile:\n{proc.stdout[:4000]}")
-            return None
-        best = cpu if best is None else min(best, cpu)
-        print(f"  -O2: {cpu:.2f} s CPU (try {attempt + 1})")
-        if best <= limit:
-            break
-    return best
 
 
 def measure_growth(tu, depths, compiler, tmp):
@@ -152,12 +137,13 @@ def main():
         limit = table_limit * scale
         budget_cmd = compiler + dep_flags + ["-O2", f"-DKILN_CHAIN_DEPTH={budget_depth}", "-c", tu, "-o",
                                              os.path.join(tmp, "budget.o")]
-        budget = fastest_time(budget_cmd, limit, name)
-        if budget is None:
+        best = fastest_compile(budget_cmd, limit, name)
+        if best is None:
             return 1
+    budget, _, _, tries = best
     under_limit = budget <= limit
-    print(f"{'PASS' if under_limit else 'FAIL'} {name}: depth {budget_depth} at -O2 took {budget:.2f} s CPU (limit "
-          f"{limit:.2f} s: {table_limit:g} s {describe_scale(scale, ref_seconds)})")
+    print(f"{'PASS' if under_limit else 'FAIL'} {name}: depth {budget_depth} at -O2 took {budget:.2f} s CPU, {tries} "
+          f"tries (limit {limit:.2f} s: {table_limit:g} s {describe_scale(scale, ref_seconds)})")
     print(f"  command: {shlex.join(budget_cmd)}")
     print(f"{'PASS' if linear and under_limit else 'FAIL'} {name}: growth {'linear' if linear else 'superlinear'}, "
           f"-O2 budget {'met' if under_limit else 'exceeded'}")

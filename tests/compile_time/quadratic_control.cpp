@@ -1,6 +1,7 @@
-// Negative control for scripts/compile_growth.py: level k of this "chain" instantiates k functions, as binding
-// each node's derivative to its sub-expressions did (DESIGN.md), so the functions and their code grow with
-// KILN_CHAIN_DEPTH squared. The growth check must call it superlinear (tests/compile_time/meson.build).
+// Negative control for scripts/compile_growth.py: level k of this "chain" instantiates k functions, so the
+// functions and their code grow with KILN_CHAIN_DEPTH squared. The growth check must call it superlinear
+// (tests/compile_time/meson.build). It shows the check sees quadratic instantiation; a derivation that
+// recomputes subtrees through the same functions is bounded by the -O2 budget instead (the script's docstring).
 #include <utility>
 
 #ifndef KILN_CHAIN_DEPTH
