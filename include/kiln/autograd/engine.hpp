@@ -8,6 +8,7 @@
 #include "kiln/autograd/grad_mode.hpp"
 #include "kiln/autograd/grad_ops.hpp"
 #include "kiln/core/autocast.hpp"
+#include "kiln/core/config.hpp"
 
 namespace kiln::autograd {
 
@@ -83,7 +84,11 @@ struct BackwardOptions {
   GradList* captured = nullptr;
 };
 
-inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options) {
+// Runs the backward pass from `roots` with their gradients (Tensor::backward, autograd::grad).
+KILN_DECL void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options);
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options) {
   // Each node's backward runs in the precision its forward op used, also when backward() is called inside an
   // autocast region (core/autocast.hpp).
   const AutocastGuard no_autocast(kCPU, false);
@@ -180,5 +185,6 @@ inline void run_backward(const std::vector<Edge>& roots, GradList root_grads, co
     }
   }
 }
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln::autograd

@@ -10,6 +10,29 @@
 // derivatives a fused backward builds per vector, must not become calls.
 #define KILN_INLINE [[gnu::always_inline]] inline
 
+// Separate compilation (docs/design.md): a program that defines KILN_SEPARATE_COMPILATION in every translation
+// unit and includes <kiln/separate_compilation.hpp> in exactly one of them compiles the training stack's bodies
+// (the layers, losses, optimizers and the backward engine, float) once, in that one unit; the others see their
+// declarations and compile calls. Without it kiln is header-only and nothing changes.
+//   KILN_DECL              marks a non-template function that the compiled part defines: inline when header-only.
+//   KILN_HEADER_DEFINITIONS is 1 where those bodies are compiled: every unit when header-only, else the one part.
+//   KILN_INSTANTIATE(decl) names a template instantiation the compiled part holds: `extern template decl;` in the
+//                          other units, its explicit instantiation in the part, nothing when header-only.
+#if defined(KILN_SEPARATE_COMPILATION)
+#define KILN_DECL
+#if defined(KILN_COMPILING_SEPARATE_PART)
+#define KILN_HEADER_DEFINITIONS 1
+#define KILN_INSTANTIATE(...) template __VA_ARGS__
+#else
+#define KILN_HEADER_DEFINITIONS 0
+#define KILN_INSTANTIATE(...) extern template __VA_ARGS__
+#endif
+#else
+#define KILN_DECL inline
+#define KILN_HEADER_DEFINITIONS 1
+#define KILN_INSTANTIATE(...) static_assert(true)
+#endif
+
 namespace kiln {
 
 inline constexpr const char* version() { return KILN_VERSION_STRING; }

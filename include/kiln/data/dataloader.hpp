@@ -258,6 +258,10 @@ class DataLoader<D, Batch>::Iterator {
   std::unique_ptr<Pass> pass_;
 };
 
+// The loader of the tutorials' dataset is compiled once in a separately compiled program's part (core/config.hpp).
+KILN_INSTANTIATE(class TensorDataset<float, int64_t>);
+KILN_INSTANTIATE(class DataLoader<TensorDataset<float, int64_t>>);
+
 // DataLoader(dataset, options, transform, collate) deduces the batch type from what the collate returns.
 template <Dataset D, class T, class C>
   requires std::invocable<C&, std::vector<sample_t<D>>>

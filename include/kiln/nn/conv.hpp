@@ -223,9 +223,7 @@ class Conv2dImplT : public Module {
     if (o.bias_) bias = register_parameter("bias", uniform_(empty<float>({o.out_channels}), -bound, bound));
   }
   Conv2dImplT(int64_t in, int64_t out, int64_t kernel) : Conv2dImplT(Conv2dOptions(in, out, kernel)) {}
-  Tensor<float> forward(const Tensor<float>& x) override {
-    return functional::conv2d(x, weight, bias, options.stride_, options.padding_, options.dilation_, options.groups_);
-  }
+  Tensor<float> forward(const Tensor<float>& x) override;
   void pretty_print(std::ostream& out) const override {
     out << "Conv2d(" << options.in_channels << ", " << options.out_channels << ", kernel_size=(" << options.kernel_size[0]
         << ", " << options.kernel_size[1] << "), stride=(" << options.stride_[0] << ", " << options.stride_[1]
@@ -234,7 +232,19 @@ class Conv2dImplT : public Module {
   Conv2dOptions options;
   Tensor<float> weight, bias;
 };
+// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an extern
+// template does not stop a member defined in the class from being compiled for inlining).
+template <class V>
+Tensor<float> Conv2dImplT<V>::forward(const Tensor<float>& x) {
+  return functional::conv2d(x, weight, bias, options.stride_, options.padding_, options.dilation_, options.groups_);
+}
 using Conv2dImpl = Conv2dImplT<>;
 KILN_MODULE(Conv2d);
+
+// The float convolution and the module are compiled once in a separately compiled program's part (core/config.hpp).
+KILN_INSTANTIATE(Tensor<float> functional::conv2d<float>(const Tensor<float>&, const Tensor<float>&, const Tensor<float>&,
+                                                         std::array<int64_t, 2>, std::array<int64_t, 2>,
+                                                         std::array<int64_t, 2>, int64_t));
+KILN_INSTANTIATE(class Conv2dImplT<void>);
 
 }  // namespace kiln::nn

@@ -12,34 +12,13 @@ namespace kiln::nn {
 
 namespace functional {
 // x @ weight^T + bias, x [..., in], weight [out, in], bias [out] (undefined: none).
-inline Tensor<float> linear(const Tensor<float>& x, const Tensor<float>& weight, const Tensor<float>& bias = {}) {
-  // Under autocast the weight is cast before it is transposed, so that its 16-bit copy is the cached one
-  // (tensor/autocast_cast.hpp); the bias is added in float to the rounded product.
-  const Tensor<float> y =
-      !autocast::is_enabled(kCPU)
-          ? matmul(x, weight.t())
-          : kiln::detail::autocast_product(x, weight, [](const auto& a, const auto& w) { return matmul(a, w.t()); });
-  return bias.defined() ? Tensor<float>(y + bias) : y;
-}
-inline Tensor<float> relu(const Tensor<float>& x) { return kiln::relu(x); }
-
+KILN_DECL Tensor<float> linear(const Tensor<float>& x, const Tensor<float>& weight, const Tensor<float>& bias = {});
+KILN_DECL Tensor<float> relu(const Tensor<float>& x);
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) in training; the identity
 // otherwise (as torch.nn.functional.dropout).
-inline Tensor<float> dropout(const Tensor<float>& x, double p = 0.5, bool training = true) {
-  check<std::invalid_argument>(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
-  if (!training || p == 0) return x;
-  if (p == 1) return Tensor<float>(x * 0.0f);
-  const Tensor<float> keep = bernoulli_(empty<float>(x.shape()), 1 - p);
-  return Tensor<float>(x * keep * float(1 / (1 - p)));
-}
-
+KILN_DECL Tensor<float> dropout(const Tensor<float>& x, double p = 0.5, bool training = true);
 // Rows of weight [num_embeddings, dim] at the given indices: the result has the indices' shape plus dim.
-inline Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<float>& weight) {
-  check<ShapeError>(weight.dim() == 2, "embedding: weight must be 2-d, got shape ", weight.shape());
-  Shape out = indices.shape();
-  out.push_back(weight.size(1));
-  return index_select(weight, 0, indices.reshape({-1})).reshape(out);
-}
+KILN_DECL Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<float>& weight);
 }  // namespace functional
 
 struct LinearOptions {
@@ -56,22 +35,9 @@ struct LinearOptions {
 class LinearImpl : public Module {
  public:
   LinearImpl(int64_t in, int64_t out) : LinearImpl(LinearOptions(in, out)) {}
-  explicit LinearImpl(const LinearOptions& o) : Module("Linear"), options(o) {
-    check<std::invalid_argument>(o.in_features > 0 && o.out_features > 0, "Linear: features must be positive, got ",
-                                 o.in_features, " and ", o.out_features);
-    const double bound = 1 / std::sqrt(double(o.in_features));
-    weight = register_parameter("weight", uniform_(empty<float>({o.out_features, o.in_features}), -bound, bound));
-    if (o.bias_) bias = register_parameter("bias", uniform_(empty<float>({o.out_features}), -bound, bound));
-  }
-  Tensor<float> forward(const Tensor<float>& x) override {
-    check<ShapeError>(x.dim() >= 1 && x.size(-1) == options.in_features, "Linear: input of shape ", x.shape(),
-                      " does not end in in_features = ", options.in_features);
-    return functional::linear(x, weight, bias);
-  }
-  void pretty_print(std::ostream& out) const override {
-    out << "Linear(in_features=" << options.in_features << ", out_features=" << options.out_features
-        << ", bias=" << (options.bias_ ? "true" : "false") << ')';
-  }
+  explicit LinearImpl(const LinearOptions& o);
+  Tensor<float> forward(const Tensor<float>& x) override;
+  void pretty_print(std::ostream& out) const override;
   LinearOptions options;
   Tensor<float> weight, bias;
 };
@@ -93,6 +59,7 @@ struct GeluFn { Tensor<float> operator()(const Tensor<float>& x) const { return 
 struct SiluFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::silu(x); } };
 }  // namespace detail
 #define KILN_ACTIVATION(Name, Fn)                                       \
+  KILN_INSTANTIATE(class ActivationImpl<detail::Fn>);                   \
   class Name##Impl : public ActivationImpl<detail::Fn> {                \
    public:                                                              \
     Name##Impl() : ActivationImpl<detail::Fn>(#Name) {}                 \
@@ -109,8 +76,8 @@ KILN_ACTIVATION(SiLU, SiluFn);
 class FlattenImpl : public Module {
  public:
   explicit FlattenImpl(int64_t start_dim = 1, int64_t end_dim = -1) : Module("Flatten"), start_(start_dim), end_(end_dim) {}
-  Tensor<float> forward(const Tensor<float>& x) override { return x.flatten(start_, end_); }
-  void pretty_print(std::ostream& out) const override { out << "Flatten(start_dim=" << start_ << ", end_dim=" << end_ << ')'; }
+  Tensor<float> forward(const Tensor<float>& x) override;
+  void pretty_print(std::ostream& out) const override;
 
  private:
   int64_t start_, end_;
@@ -119,11 +86,9 @@ KILN_MODULE(Flatten);
 
 class DropoutImpl : public Module {
  public:
-  explicit DropoutImpl(double p = 0.5) : Module("Dropout"), p_(p) {
-    check<std::invalid_argument>(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got ", p);
-  }
-  Tensor<float> forward(const Tensor<float>& x) override { return functional::dropout(x, p_, is_training()); }
-  void pretty_print(std::ostream& out) const override { out << "Dropout(p=" << p_ << ')'; }
+  explicit DropoutImpl(double p = 0.5);
+  Tensor<float> forward(const Tensor<float>& x) override;
+  void pretty_print(std::ostream& out) const override;
 
  private:
   double p_;
@@ -133,15 +98,9 @@ KILN_MODULE(Dropout);
 // A lookup table of num_embeddings vectors of size dim, initialized from N(0, 1) as PyTorch's.
 class EmbeddingImpl : public Module {
  public:
-  EmbeddingImpl(int64_t num_embeddings, int64_t dim) : Module("Embedding") {
-    check<std::invalid_argument>(num_embeddings > 0 && dim > 0, "Embedding: sizes must be positive, got ",
-                                 num_embeddings, " and ", dim);
-    weight = register_parameter("weight", normal_(empty<float>({num_embeddings, dim})));
-  }
-  Tensor<float> forward(const Tensor<int64_t>& indices) { return functional::embedding(indices, weight); }
-  void pretty_print(std::ostream& out) const override {
-    out << "Embedding(" << weight.size(0) << ", " << weight.size(1) << ')';
-  }
+  EmbeddingImpl(int64_t num_embeddings, int64_t dim);
+  Tensor<float> forward(const Tensor<int64_t>& indices);
+  void pretty_print(std::ostream& out) const override;
   Tensor<float> weight;
 };
 KILN_MODULE(Embedding);
@@ -159,14 +118,8 @@ class SequentialImpl : public Module {
     if constexpr (requires { module.ptr(); }) push_back(std::static_pointer_cast<Module>(module.ptr()));
     else push_back(std::static_pointer_cast<Module>(module));
   }
-  void push_back(std::shared_ptr<Module> module) {
-    modules_.push_back(register_module(std::to_string(modules_.size()), std::move(module)));
-  }
-  Tensor<float> forward(const Tensor<float>& x) override {
-    Tensor<float> h = x;
-    for (const auto& m : modules_) h = m->forward(h);
-    return h;
-  }
+  void push_back(std::shared_ptr<Module> module);
+  Tensor<float> forward(const Tensor<float>& x) override;
   size_t size() const { return modules_.size(); }
   const std::shared_ptr<Module>& operator[](size_t i) const { return modules_.at(i); }
 
@@ -174,5 +127,84 @@ class SequentialImpl : public Module {
   std::vector<std::shared_ptr<Module>> modules_;
 };
 KILN_MODULE(Sequential);
+
+#if KILN_HEADER_DEFINITIONS
+namespace functional {
+KILN_DECL Tensor<float> linear(const Tensor<float>& x, const Tensor<float>& weight, const Tensor<float>& bias) {
+  // Under autocast the weight is cast before it is transposed, so that its 16-bit copy is the cached one
+  // (tensor/autocast_cast.hpp); the bias is added in float to the rounded product.
+  const Tensor<float> y =
+      !autocast::is_enabled(kCPU)
+          ? matmul(x, weight.t())
+          : kiln::detail::autocast_product(x, weight, [](const auto& a, const auto& w) { return matmul(a, w.t()); });
+  return bias.defined() ? Tensor<float>(y + bias) : y;
+}
+KILN_DECL Tensor<float> relu(const Tensor<float>& x) { return kiln::relu(x); }
+KILN_DECL Tensor<float> dropout(const Tensor<float>& x, double p, bool training) {
+  check<std::invalid_argument>(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0) return x;
+  if (p == 1) return Tensor<float>(x * 0.0f);
+  const Tensor<float> keep = bernoulli_(empty<float>(x.shape()), 1 - p);
+  return Tensor<float>(x * keep * float(1 / (1 - p)));
+}
+KILN_DECL Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<float>& weight) {
+  check<ShapeError>(weight.dim() == 2, "embedding: weight must be 2-d, got shape ", weight.shape());
+  Shape out = indices.shape();
+  out.push_back(weight.size(1));
+  return index_select(weight, 0, indices.reshape({-1})).reshape(out);
+}
+}  // namespace functional
+
+KILN_DECL LinearImpl::LinearImpl(const LinearOptions& o) : Module("Linear"), options(o) {
+  check<std::invalid_argument>(o.in_features > 0 && o.out_features > 0, "Linear: features must be positive, got ",
+                               o.in_features, " and ", o.out_features);
+  const double bound = 1 / std::sqrt(double(o.in_features));
+  weight = register_parameter("weight", uniform_(empty<float>({o.out_features, o.in_features}), -bound, bound));
+  if (o.bias_) bias = register_parameter("bias", uniform_(empty<float>({o.out_features}), -bound, bound));
+}
+KILN_DECL Tensor<float> LinearImpl::forward(const Tensor<float>& x) {
+  check<ShapeError>(x.dim() >= 1 && x.size(-1) == options.in_features, "Linear: input of shape ", x.shape(),
+                    " does not end in in_features = ", options.in_features);
+  return functional::linear(x, weight, bias);
+}
+KILN_DECL void LinearImpl::pretty_print(std::ostream& out) const {
+  out << "Linear(in_features=" << options.in_features << ", out_features=" << options.out_features
+      << ", bias=" << (options.bias_ ? "true" : "false") << ')';
+}
+
+KILN_DECL Tensor<float> FlattenImpl::forward(const Tensor<float>& x) { return x.flatten(start_, end_); }
+KILN_DECL void FlattenImpl::pretty_print(std::ostream& out) const {
+  out << "Flatten(start_dim=" << start_ << ", end_dim=" << end_ << ')';
+}
+
+KILN_DECL DropoutImpl::DropoutImpl(double p) : Module("Dropout"), p_(p) {
+  check<std::invalid_argument>(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got ", p);
+}
+KILN_DECL Tensor<float> DropoutImpl::forward(const Tensor<float>& x) {
+  return functional::dropout(x, p_, is_training());
+}
+KILN_DECL void DropoutImpl::pretty_print(std::ostream& out) const { out << "Dropout(p=" << p_ << ')'; }
+
+KILN_DECL EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim) : Module("Embedding") {
+  check<std::invalid_argument>(num_embeddings > 0 && dim > 0, "Embedding: sizes must be positive, got ",
+                               num_embeddings, " and ", dim);
+  weight = register_parameter("weight", normal_(empty<float>({num_embeddings, dim})));
+}
+KILN_DECL Tensor<float> EmbeddingImpl::forward(const Tensor<int64_t>& indices) {
+  return functional::embedding(indices, weight);
+}
+KILN_DECL void EmbeddingImpl::pretty_print(std::ostream& out) const {
+  out << "Embedding(" << weight.size(0) << ", " << weight.size(1) << ')';
+}
+
+KILN_DECL void SequentialImpl::push_back(std::shared_ptr<Module> module) {
+  modules_.push_back(register_module(std::to_string(modules_.size()), std::move(module)));
+}
+KILN_DECL Tensor<float> SequentialImpl::forward(const Tensor<float>& x) {
+  Tensor<float> h = x;
+  for (const auto& m : modules_) h = m->forward(h);
+  return h;
+}
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln::nn

@@ -162,5 +162,18 @@ Tensor<T> cross_entropy(const Tensor<T>& input, const Tensor<T>& target, Optiona
   return detail::reduce(Tensor<T>(-sum(logp * y, class_dim)), reduction);
 }
 
+// The float losses are instantiated once in the compiled part of a separately compiled program (core/config.hpp).
+KILN_INSTANTIATE(Tensor<float> mse_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction));
+KILN_INSTANTIATE(Tensor<float> l1_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction));
+KILN_INSTANTIATE(Tensor<float> smooth_l1_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction, double));
+KILN_INSTANTIATE(Tensor<float> binary_cross_entropy_with_logits<float>(const Tensor<float>&, const Tensor<float>&,
+                                                                        Reduction, OptionalTensor<float>));
+KILN_INSTANTIATE(Tensor<float> nll_loss<float>(const Tensor<float>&, const Tensor<int64_t>&, OptionalTensor<float>,
+                                               int64_t, Reduction));
+KILN_INSTANTIATE(Tensor<float> cross_entropy<float>(const Tensor<float>&, const Tensor<int64_t>&,
+                                                    OptionalTensor<float>, int64_t, Reduction, double));
+KILN_INSTANTIATE(Tensor<float> cross_entropy<float>(const Tensor<float>&, const Tensor<float>&, OptionalTensor<float>,
+                                                    Reduction, double));
+
 }  // namespace functional
 }  // namespace kiln::nn

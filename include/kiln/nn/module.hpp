@@ -24,90 +24,32 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   // The forward of a one-input module (Sequential chains these).
-  virtual Tensor<float> forward(const Tensor<float>&) {
-    throw std::logic_error(name_ + " has no one-input forward");
-  }
+  virtual Tensor<float> forward(const Tensor<float>&);
 
-  std::vector<Tensor<float>> parameters(bool recurse = true) const {
-    std::vector<Tensor<float>> out;
-    for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
-    return out;
-  }
-  std::vector<std::pair<std::string, Tensor<float>>> named_parameters(bool recurse = true) const {
-    std::vector<std::pair<std::string, Tensor<float>>> out;
-    collect(out, "", recurse, &Module::parameters_);
-    return out;
-  }
-  std::vector<std::pair<std::string, Tensor<float>>> named_buffers(bool recurse = true) const {
-    std::vector<std::pair<std::string, Tensor<float>>> out;
-    collect(out, "", recurse, &Module::buffers_);
-    return out;
-  }
+  std::vector<Tensor<float>> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor<float>>> named_parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor<float>>> named_buffers(bool recurse = true) const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
 
-  void train(bool on = true) {
-    training_ = on;
-    for (auto& [name, child] : children_) child->train(on);
-  }
+  void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  void zero_grad(bool set_to_none = true) {
-    for (Tensor<float>& p : parameters()) p.zero_grad(set_to_none);
-  }
+  void zero_grad(bool set_to_none = true);
 
   // Parameters and buffers by their dotted names (copies share storage with the module).
-  std::map<std::string, Tensor<float>> state_dict() const {
-    std::map<std::string, Tensor<float>> out;
-    for (auto& [name, t] : named_parameters()) out.emplace(name, t);
-    for (auto& [name, t] : named_buffers()) out.emplace(name, t);
-    return out;
-  }
+  std::map<std::string, Tensor<float>> state_dict() const;
   // Copies the values in; strict: every entry must match a parameter or buffer and cover them all.
-  void load_state_dict(const std::map<std::string, Tensor<float>>& state, bool strict = true) {
-    NoGradGuard no_grad;
-    size_t used = 0;
-    for (auto& [name, t] : state_dict()) {
-      auto it = state.find(name);
-      if (it == state.end()) {
-        check<std::invalid_argument>(!strict, "load_state_dict: missing key \"", name, "\"");
-        continue;
-      }
-      check<ShapeError>(it->second.shape() == t.shape(), "load_state_dict: \"", name, "\" has shape ",
-                        it->second.shape(), ", the module's ", t.shape());
-      Tensor<float> target = t;
-      target.copy_(it->second);
-      ++used;
-    }
-    check<std::invalid_argument>(!strict || used == state.size(), "load_state_dict: ", state.size() - used,
-                                 " unexpected key(s)");
-  }
+  void load_state_dict(const std::map<std::string, Tensor<float>>& state, bool strict = true);
 
   const std::string& name() const { return name_; }
   // One line for this module (e.g. "Linear(in_features=4, out_features=2, bias=true)").
-  virtual void pretty_print(std::ostream& out) const { out << name_; }
-  void print(std::ostream& out, int indent = 0) const {
-    pretty_print(out);
-    if (children_.empty()) return;
-    out << "(\n";
-    for (auto& [name, child] : children_) {
-      out << std::string(size_t(indent + 2), ' ') << '(' << name << "): ";
-      child->print(out, indent + 2);
-      out << '\n';
-    }
-    out << std::string(size_t(indent), ' ') << ')';
-  }
+  virtual void pretty_print(std::ostream& out) const;
+  void print(std::ostream& out, int indent = 0) const;
 
  protected:
-  Tensor<float>& register_parameter(std::string name, Tensor<float> t, bool requires_grad = true) {
-    if (requires_grad) t.requires_grad_();
-    parameters_.emplace_back(std::move(name), std::move(t));
-    return parameters_.back().second;
-  }
-  Tensor<float>& register_buffer(std::string name, Tensor<float> t) {
-    buffers_.emplace_back(std::move(name), std::move(t));
-    return buffers_.back().second;
-  }
+  Tensor<float>& register_parameter(std::string name, Tensor<float> t, bool requires_grad = true);
+  Tensor<float>& register_buffer(std::string name, Tensor<float> t);
   template <class M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
     children_.emplace_back(std::move(name), module);
@@ -116,11 +58,7 @@ class Module {
 
  private:
   using Named = std::vector<std::pair<std::string, Tensor<float>>>;
-  void collect(Named& out, const std::string& prefix, bool recurse, Named Module::*which) const {
-    for (auto& [name, t] : this->*which) out.emplace_back(prefix + name, t);
-    if (!recurse) return;
-    for (auto& [name, child] : children_) child->collect(out, prefix + name + ".", true, which);
-  }
+  void collect(Named& out, const std::string& prefix, bool recurse, Named Module::*which) const;
 
   std::string name_;
   bool training_ = true;
@@ -128,10 +66,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 
-inline std::ostream& operator<<(std::ostream& out, const Module& m) {
-  m.print(out);
-  return out;
-}
+KILN_DECL std::ostream& operator<<(std::ostream& out, const Module& m);
 
 // A shared handle to a module implementation, as libtorch's ModuleHolder: `holder->member`,
 // `holder(x)` for forward, `holder.ptr()` for the shared_ptr.
@@ -160,5 +95,97 @@ class ModuleHolder {
    public:                                        \
     using ModuleHolder<Name##Impl>::ModuleHolder; \
   }
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL Tensor<float> Module::forward(const Tensor<float>&) {
+  throw std::logic_error(name_ + " has no one-input forward");
+}
+
+KILN_DECL std::vector<Tensor<float>> Module::parameters(bool recurse) const {
+  std::vector<Tensor<float>> out;
+  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+KILN_DECL std::vector<std::pair<std::string, Tensor<float>>> Module::named_parameters(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor<float>>> out;
+  collect(out, "", recurse, &Module::parameters_);
+  return out;
+}
+KILN_DECL std::vector<std::pair<std::string, Tensor<float>>> Module::named_buffers(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor<float>>> out;
+  collect(out, "", recurse, &Module::buffers_);
+  return out;
+}
+
+KILN_DECL void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+KILN_DECL void Module::zero_grad(bool set_to_none) {
+  for (Tensor<float>& p : parameters()) p.zero_grad(set_to_none);
+}
+
+KILN_DECL std::map<std::string, Tensor<float>> Module::state_dict() const {
+  std::map<std::string, Tensor<float>> out;
+  for (auto& [name, t] : named_parameters()) out.emplace(name, t);
+  for (auto& [name, t] : named_buffers()) out.emplace(name, t);
+  return out;
+}
+
+KILN_DECL void Module::load_state_dict(const std::map<std::string, Tensor<float>>& state, bool strict) {
+  NoGradGuard no_grad;
+  size_t used = 0;
+  for (auto& [name, t] : state_dict()) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      check<std::invalid_argument>(!strict, "load_state_dict: missing key \"", name, "\"");
+      continue;
+    }
+    check<ShapeError>(it->second.shape() == t.shape(), "load_state_dict: \"", name, "\" has shape ",
+                      it->second.shape(), ", the module's ", t.shape());
+    Tensor<float> target = t;
+    target.copy_(it->second);
+    ++used;
+  }
+  check<std::invalid_argument>(!strict || used == state.size(), "load_state_dict: ", state.size() - used,
+                               " unexpected key(s)");
+}
+
+KILN_DECL void Module::pretty_print(std::ostream& out) const { out << name_; }
+
+KILN_DECL void Module::print(std::ostream& out, int indent) const {
+  pretty_print(out);
+  if (children_.empty()) return;
+  out << "(\n";
+  for (auto& [name, child] : children_) {
+    out << std::string(size_t(indent + 2), ' ') << '(' << name << "): ";
+    child->print(out, indent + 2);
+    out << '\n';
+  }
+  out << std::string(size_t(indent), ' ') << ')';
+}
+
+KILN_DECL Tensor<float>& Module::register_parameter(std::string name, Tensor<float> t, bool requires_grad) {
+  if (requires_grad) t.requires_grad_();
+  parameters_.emplace_back(std::move(name), std::move(t));
+  return parameters_.back().second;
+}
+KILN_DECL Tensor<float>& Module::register_buffer(std::string name, Tensor<float> t) {
+  buffers_.emplace_back(std::move(name), std::move(t));
+  return buffers_.back().second;
+}
+
+KILN_DECL void Module::collect(Named& out, const std::string& prefix, bool recurse, Named Module::*which) const {
+  for (auto& [name, t] : this->*which) out.emplace_back(prefix + name, t);
+  if (!recurse) return;
+  for (auto& [name, child] : children_) child->collect(out, prefix + name + ".", true, which);
+}
+
+KILN_DECL std::ostream& operator<<(std::ostream& out, const Module& m) {
+  m.print(out);
+  return out;
+}
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln::nn

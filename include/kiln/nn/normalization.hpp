@@ -113,7 +113,7 @@ class LayerNormImplT : public Module {
     weight = register_parameter("weight", ones<float>(shape_));
     bias = register_parameter("bias", zeros<float>(shape_));
   }
-  Tensor<float> forward(const Tensor<float>& x) override { return functional::layer_norm(x, shape_, weight, bias, eps_); }
+  Tensor<float> forward(const Tensor<float>& x) override;
   void pretty_print(std::ostream& out) const override { out << "LayerNorm(" << shape_ << ", eps=" << eps_ << ')'; }
   Tensor<float> weight, bias;
 
@@ -121,20 +121,20 @@ class LayerNormImplT : public Module {
   Shape shape_;
   double eps_;
 };
+// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an extern
+// template does not stop a member defined in the class from being compiled for inlining).
+template <class V>
+Tensor<float> LayerNormImplT<V>::forward(const Tensor<float>& x) {
+  return functional::layer_norm(x, shape_, weight, bias, eps_);
+}
 using LayerNormImpl = LayerNormImplT<>;
 KILN_MODULE(LayerNorm);
 
 class GroupNormImpl : public Module {
  public:
-  GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps = 1e-5)
-      : Module("GroupNorm"), groups_(num_groups), eps_(eps) {
-    weight = register_parameter("weight", ones<float>({num_channels}));
-    bias = register_parameter("bias", zeros<float>({num_channels}));
-  }
-  Tensor<float> forward(const Tensor<float>& x) override { return functional::group_norm(x, groups_, weight, bias, eps_); }
-  void pretty_print(std::ostream& out) const override {
-    out << "GroupNorm(" << groups_ << ", " << weight.size(0) << ", eps=" << eps_ << ')';
-  }
+  GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps = 1e-5);
+  Tensor<float> forward(const Tensor<float>& x) override;
+  void pretty_print(std::ostream& out) const override;
   Tensor<float> weight, bias;
 
  private:
@@ -148,28 +148,9 @@ KILN_MODULE(GroupNorm);
 class BatchNormImpl : public Module {
  public:
   BatchNormImpl(const char* name, int input_rank_lo, int input_rank_hi, int64_t num_features, double eps,
-                double momentum)
-      : Module(name), lo_(input_rank_lo), hi_(input_rank_hi), eps_(eps), momentum_(momentum) {
-    weight = register_parameter("weight", ones<float>({num_features}));
-    bias = register_parameter("bias", zeros<float>({num_features}));
-    running_mean = register_buffer("running_mean", zeros<float>({num_features}));
-    running_var = register_buffer("running_var", ones<float>({num_features}));
-    num_batches_tracked = register_buffer("num_batches_tracked", zeros<float>({}));
-  }
-  Tensor<float> forward(const Tensor<float>& x) override {
-    check<ShapeError>(x.dim() >= lo_ && x.dim() <= hi_, name(), ": input of shape ", x.shape(), " has ", x.dim(),
-                      " dims, expected ", lo_, lo_ == hi_ ? "" : " or more");
-    if (is_training()) {
-      NoGradGuard no_grad;
-      num_batches_tracked += 1.0f;
-    }
-    return functional::batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_,
-                                  replica_sum_);
-  }
-  void pretty_print(std::ostream& out) const override {
-    out << name() << '(' << weight.size(0) << ", eps=" << eps_ << ", momentum=" << momentum_
-        << (replica_sum_ ? ", synchronized" : "") << ')';
-  }
+                double momentum);
+  Tensor<float> forward(const Tensor<float>& x) override;
+  void pretty_print(std::ostream& out) const override;
   double eps() const { return eps_; }
   // Synchronized batch norm: training statistics over every replica's batch, summed by `sum` (set by
   // nn::convert_sync_batchnorm, <kiln/dist/sync_batch_norm.hpp>); empty for this process's batch alone.
@@ -195,5 +176,53 @@ class BatchNorm2dImpl : public BatchNormImpl {
       : BatchNormImpl("BatchNorm2d", 4, 4, num_features, eps, momentum) {}
 };
 KILN_MODULE(BatchNorm2d);
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL GroupNormImpl::GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps)
+    : Module("GroupNorm"), groups_(num_groups), eps_(eps) {
+  weight = register_parameter("weight", ones<float>({num_channels}));
+  bias = register_parameter("bias", zeros<float>({num_channels}));
+}
+KILN_DECL Tensor<float> GroupNormImpl::forward(const Tensor<float>& x) {
+  return functional::group_norm(x, groups_, weight, bias, eps_);
+}
+KILN_DECL void GroupNormImpl::pretty_print(std::ostream& out) const {
+  out << "GroupNorm(" << groups_ << ", " << weight.size(0) << ", eps=" << eps_ << ')';
+}
+
+KILN_DECL BatchNormImpl::BatchNormImpl(const char* name, int input_rank_lo, int input_rank_hi, int64_t num_features,
+                                       double eps, double momentum)
+    : Module(name), lo_(input_rank_lo), hi_(input_rank_hi), eps_(eps), momentum_(momentum) {
+  weight = register_parameter("weight", ones<float>({num_features}));
+  bias = register_parameter("bias", zeros<float>({num_features}));
+  running_mean = register_buffer("running_mean", zeros<float>({num_features}));
+  running_var = register_buffer("running_var", ones<float>({num_features}));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros<float>({}));
+}
+KILN_DECL Tensor<float> BatchNormImpl::forward(const Tensor<float>& x) {
+  check<ShapeError>(x.dim() >= lo_ && x.dim() <= hi_, name(), ": input of shape ", x.shape(), " has ", x.dim(),
+                    " dims, expected ", lo_, lo_ == hi_ ? "" : " or more");
+  if (is_training()) {
+    NoGradGuard no_grad;
+    num_batches_tracked += 1.0f;
+  }
+  return functional::batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_,
+                                replica_sum_);
+}
+KILN_DECL void BatchNormImpl::pretty_print(std::ostream& out) const {
+  out << name() << '(' << weight.size(0) << ", eps=" << eps_ << ", momentum=" << momentum_
+      << (replica_sum_ ? ", synchronized" : "") << ')';
+}
+#endif  // KILN_HEADER_DEFINITIONS
+
+// The float normalizations and LayerNorm are compiled once in a separately compiled program's part (core/config.hpp).
+KILN_INSTANTIATE(Tensor<float> functional::layer_norm<float>(const Tensor<float>&, const Shape&, const Tensor<float>&,
+                                                             const Tensor<float>&, double));
+KILN_INSTANTIATE(Tensor<float> functional::group_norm<float>(const Tensor<float>&, int64_t, const Tensor<float>&,
+                                                             const Tensor<float>&, double));
+KILN_INSTANTIATE(Tensor<float> functional::batch_norm<float>(const Tensor<float>&, Tensor<float>, Tensor<float>,
+                                                             const Tensor<float>&, const Tensor<float>&, bool, double,
+                                                             double, const functional::detail::ReplicaSum&));
+KILN_INSTANTIATE(class LayerNormImplT<void>);
 
 }  // namespace kiln::nn

@@ -284,10 +284,8 @@ class MaxPool2dImpl : public Module {
  public:
   explicit MaxPool2dImpl(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
       : Module("MaxPool2d"), k_(kernel), s_(stride ? stride : kernel), p_(padding) {}
-  Tensor<float> forward(const Tensor<float>& x) override { return functional::max_pool2d(x, {k_, k_}, {s_, s_}, {p_, p_}); }
-  void pretty_print(std::ostream& out) const override {
-    out << "MaxPool2d(kernel_size=" << k_ << ", stride=" << s_ << ", padding=" << p_ << ')';
-  }
+  Tensor<float> forward(const Tensor<float>& x) override;
+  void pretty_print(std::ostream& out) const override;
 
  private:
   int64_t k_, s_, p_;
@@ -298,10 +296,8 @@ class AvgPool2dImpl : public Module {
  public:
   explicit AvgPool2dImpl(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
       : Module("AvgPool2d"), k_(kernel), s_(stride ? stride : kernel), p_(padding) {}
-  Tensor<float> forward(const Tensor<float>& x) override { return functional::avg_pool2d(x, {k_, k_}, {s_, s_}, {p_, p_}); }
-  void pretty_print(std::ostream& out) const override {
-    out << "AvgPool2d(kernel_size=" << k_ << ", stride=" << s_ << ", padding=" << p_ << ')';
-  }
+  Tensor<float> forward(const Tensor<float>& x) override;
+  void pretty_print(std::ostream& out) const override;
 
  private:
   int64_t k_, s_, p_;
@@ -312,14 +308,41 @@ class AdaptiveAvgPool2dImpl : public Module {
  public:
   explicit AdaptiveAvgPool2dImpl(std::array<int64_t, 2> output_size) : Module("AdaptiveAvgPool2d"), size_(output_size) {}
   AdaptiveAvgPool2dImpl(int64_t h, int64_t w) : AdaptiveAvgPool2dImpl(std::array<int64_t, 2>{h, w}) {}
-  Tensor<float> forward(const Tensor<float>& x) override { return functional::adaptive_avg_pool2d(x, size_); }
-  void pretty_print(std::ostream& out) const override {
-    out << "AdaptiveAvgPool2d(output_size=(" << size_[0] << ", " << size_[1] << "))";
-  }
+  Tensor<float> forward(const Tensor<float>& x) override;
+  void pretty_print(std::ostream& out) const override;
 
  private:
   std::array<int64_t, 2> size_;
 };
 KILN_MODULE(AdaptiveAvgPool2d);
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL Tensor<float> MaxPool2dImpl::forward(const Tensor<float>& x) {
+  return functional::max_pool2d(x, {k_, k_}, {s_, s_}, {p_, p_});
+}
+KILN_DECL void MaxPool2dImpl::pretty_print(std::ostream& out) const {
+  out << "MaxPool2d(kernel_size=" << k_ << ", stride=" << s_ << ", padding=" << p_ << ')';
+}
+KILN_DECL Tensor<float> AvgPool2dImpl::forward(const Tensor<float>& x) {
+  return functional::avg_pool2d(x, {k_, k_}, {s_, s_}, {p_, p_});
+}
+KILN_DECL void AvgPool2dImpl::pretty_print(std::ostream& out) const {
+  out << "AvgPool2d(kernel_size=" << k_ << ", stride=" << s_ << ", padding=" << p_ << ')';
+}
+KILN_DECL Tensor<float> AdaptiveAvgPool2dImpl::forward(const Tensor<float>& x) {
+  return functional::adaptive_avg_pool2d(x, size_);
+}
+KILN_DECL void AdaptiveAvgPool2dImpl::pretty_print(std::ostream& out) const {
+  out << "AdaptiveAvgPool2d(output_size=(" << size_[0] << ", " << size_[1] << "))";
+}
+#endif  // KILN_HEADER_DEFINITIONS
+
+// The float poolings are compiled once in a separately compiled program's part (core/config.hpp).
+KILN_INSTANTIATE(Tensor<float> functional::max_pool2d<float>(const Tensor<float>&, std::array<int64_t, 2>,
+                                                             std::array<int64_t, 2>, std::array<int64_t, 2>,
+                                                             std::array<int64_t, 2>));
+KILN_INSTANTIATE(Tensor<float> functional::avg_pool2d<float>(const Tensor<float>&, std::array<int64_t, 2>,
+                                                             std::array<int64_t, 2>, std::array<int64_t, 2>, bool));
+KILN_INSTANTIATE(Tensor<float> functional::adaptive_avg_pool2d<float>(const Tensor<float>&, std::array<int64_t, 2>));
 
 }  // namespace kiln::nn

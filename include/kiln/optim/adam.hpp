@@ -48,29 +48,7 @@ class AdamBase : public Optimizer<Options, T> {
     Tensor<T> m, v, vmax;
   };
 
-  void update(Tensor<T>& p, const Tensor<T>& grad, const Options& o) override {
-    State& s = state_[p.impl_ptr().get()];
-    if (s.step == 0) {
-      s.m = Optimizer<Options, T>::zeros_like(p);
-      s.v = Optimizer<Options, T>::zeros_like(p);
-      if (o.amsgrad()) s.vmax = Optimizer<Options, T>::zeros_like(p);
-    }
-    ++s.step;
-    const double b1 = o.beta1(), b2 = o.beta2(), lr = o.lr(), wd = o.weight_decay();
-    const double step_size = lr / (1 - std::pow(b1, double(s.step)));
-    const double bc2_sqrt = std::sqrt(1 - std::pow(b2, double(s.step)));
-    const double keep = kDecoupled ? 1 - lr * wd : 1.0;  // AdamW decays p first
-    const double l2 = kDecoupled ? 0.0 : wd;             // Adam adds wd * p to the gradient
-    const auto g = grad + p * l2;
-    const auto m = s.m * b1 + g * (1 - b1);
-    const auto v = s.v * b2 + g * g * (1 - b2);
-    if (o.amsgrad()) {
-      const auto vmax = maximum(s.vmax, v);
-      eval_all({&s.m, &s.v, &s.vmax, &p}, m, v, vmax, p * keep - m / (sqrt(vmax) / bc2_sqrt + o.eps()) * step_size);
-    } else {
-      eval_all({&s.m, &s.v, &p}, m, v, p * keep - m / (sqrt(v) / bc2_sqrt + o.eps()) * step_size);
-    }
-  }
+  void update(Tensor<T>& p, const Tensor<T>& grad, const Options& o) override;
 
  private:
   ParamState param_state(const Tensor<T>& p) const override {
@@ -97,7 +75,39 @@ class AdamBase : public Optimizer<Options, T> {
 
   std::unordered_map<const TensorImpl*, State> state_;
 };
+
+// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an
+// extern template does not stop a member defined in the class from being compiled for inlining).
+template <Dtype T, class Options, bool kDecoupled>
+void AdamBase<T, Options, kDecoupled>::update(Tensor<T>& p, const Tensor<T>& grad, const Options& o) {
+  State& s = state_[p.impl_ptr().get()];
+  if (s.step == 0) {
+    s.m = Optimizer<Options, T>::zeros_like(p);
+    s.v = Optimizer<Options, T>::zeros_like(p);
+    if (o.amsgrad()) s.vmax = Optimizer<Options, T>::zeros_like(p);
+  }
+  ++s.step;
+  const double b1 = o.beta1(), b2 = o.beta2(), lr = o.lr(), wd = o.weight_decay();
+  const double step_size = lr / (1 - std::pow(b1, double(s.step)));
+  const double bc2_sqrt = std::sqrt(1 - std::pow(b2, double(s.step)));
+  const double keep = kDecoupled ? 1 - lr * wd : 1.0;  // AdamW decays p first
+  const double l2 = kDecoupled ? 0.0 : wd;             // Adam adds wd * p to the gradient
+  const auto g = grad + p * l2;
+  const auto m = s.m * b1 + g * (1 - b1);
+  const auto v = s.v * b2 + g * g * (1 - b2);
+  if (o.amsgrad()) {
+    const auto vmax = maximum(s.vmax, v);
+    eval_all({&s.m, &s.v, &s.vmax, &p}, m, v, vmax, p * keep - m / (sqrt(vmax) / bc2_sqrt + o.eps()) * step_size);
+  } else {
+    eval_all({&s.m, &s.v, &p}, m, v, p * keep - m / (sqrt(v) / bc2_sqrt + o.eps()) * step_size);
+  }
+}
+
 }  // namespace detail
+
+KILN_INSTANTIATE(class Optimizer<AdamOptions, float>);
+KILN_INSTANTIATE(class detail::AdamBase<float, AdamOptions, false>);
+KILN_INSTANTIATE(class detail::AdamBase<float, AdamOptions, true>);
 
 template <Dtype T = float>
 class Adam : public detail::AdamBase<T, AdamOptions, false> {

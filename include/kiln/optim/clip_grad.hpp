@@ -42,4 +42,7 @@ void clip_grad_value_(const std::vector<Tensor<T>>& params, double clip_value) {
   }
 }
 
+KILN_INSTANTIATE(double clip_grad_norm_<float>(const std::vector<Tensor<float>>&, double, double));
+KILN_INSTANTIATE(void clip_grad_value_<float>(const std::vector<Tensor<float>>&, double));
+
 }  // namespace kiln::optim

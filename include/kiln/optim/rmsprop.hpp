@@ -19,6 +19,8 @@ class RMSpropOptions {
   KILN_OPTION(bool, centered, false);
 };
 
+KILN_INSTANTIATE(class Optimizer<RMSpropOptions, float>);
+
 template <Dtype T = float>
 class RMSprop : public Optimizer<RMSpropOptions, T> {
  public:
@@ -29,35 +31,7 @@ class RMSprop : public Optimizer<RMSpropOptions, T> {
     Tensor<T> v, a, b;  // square average, gradient average (centered), momentum buffer
   };
 
-  void update(Tensor<T>& p, const Tensor<T>& grad, const RMSpropOptions& o) override {
-    State& s = state_[p.impl_ptr().get()];
-    if (!s.v.defined()) {
-      s.v = Optimizer<RMSpropOptions, T>::zeros_like(p);
-      if (o.centered()) s.a = Optimizer<RMSpropOptions, T>::zeros_like(p);
-      if (o.momentum() > 0) s.b = Optimizer<RMSpropOptions, T>::zeros_like(p);
-    }
-    const double alpha = o.alpha(), lr = o.lr(), mu = o.momentum(), eps = o.eps();
-    const auto g = grad + p * o.weight_decay();
-    const auto v = s.v * alpha + g * g * (1 - alpha);
-    if (o.centered()) {
-      const auto a = s.a * alpha + g * (1 - alpha);
-      const auto avg = sqrt(v - a * a) + eps;
-      if (mu > 0) {
-        const auto b = s.b * mu + g / avg;
-        eval_all({&s.v, &s.a, &s.b, &p}, v, a, b, p - b * lr);
-      } else {
-        eval_all({&s.v, &s.a, &p}, v, a, p - g / avg * lr);
-      }
-    } else {
-      const auto avg = sqrt(v) + eps;
-      if (mu > 0) {
-        const auto b = s.b * mu + g / avg;
-        eval_all({&s.v, &s.b, &p}, v, b, p - b * lr);
-      } else {
-        eval_all({&s.v, &p}, v, p - g / avg * lr);
-      }
-    }
-  }
+  void update(Tensor<T>& p, const Tensor<T>& grad, const RMSpropOptions& o) override;
 
  private:
   ParamState param_state(const Tensor<T>& p) const override {
@@ -86,6 +60,41 @@ class RMSprop : public Optimizer<RMSpropOptions, T> {
 
   std::unordered_map<const TensorImpl*, State> state_;
 };
+
+// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an
+// extern template does not stop a member defined in the class from being compiled for inlining).
+template <Dtype T>
+void RMSprop<T>::update(Tensor<T>& p, const Tensor<T>& grad, const RMSpropOptions& o) {
+  State& s = state_[p.impl_ptr().get()];
+  if (!s.v.defined()) {
+    s.v = Optimizer<RMSpropOptions, T>::zeros_like(p);
+    if (o.centered()) s.a = Optimizer<RMSpropOptions, T>::zeros_like(p);
+    if (o.momentum() > 0) s.b = Optimizer<RMSpropOptions, T>::zeros_like(p);
+  }
+  const double alpha = o.alpha(), lr = o.lr(), mu = o.momentum(), eps = o.eps();
+  const auto g = grad + p * o.weight_decay();
+  const auto v = s.v * alpha + g * g * (1 - alpha);
+  if (o.centered()) {
+    const auto a = s.a * alpha + g * (1 - alpha);
+    const auto avg = sqrt(v - a * a) + eps;
+    if (mu > 0) {
+      const auto b = s.b * mu + g / avg;
+      eval_all({&s.v, &s.a, &s.b, &p}, v, a, b, p - b * lr);
+    } else {
+      eval_all({&s.v, &s.a, &p}, v, a, p - g / avg * lr);
+    }
+  } else {
+    const auto avg = sqrt(v) + eps;
+    if (mu > 0) {
+      const auto b = s.b * mu + g / avg;
+      eval_all({&s.v, &s.b, &p}, v, b, p - b * lr);
+    } else {
+      eval_all({&s.v, &p}, v, p - g / avg * lr);
+    }
+  }
+}
+
+KILN_INSTANTIATE(class RMSprop<float>);
 
 template <Dtype T>
 RMSprop(std::vector<Tensor<T>>, RMSpropOptions) -> RMSprop<T>;

@@ -17,34 +17,15 @@ class SGDOptions {
   KILN_OPTION(bool, nesterov, false);
 };
 
+KILN_INSTANTIATE(class Optimizer<SGDOptions, float>);
+
 template <Dtype T = float>
 class SGD : public Optimizer<SGDOptions, T> {
  public:
   using Optimizer<SGDOptions, T>::Optimizer;
 
  protected:
-  void update(Tensor<T>& p, const Tensor<T>& grad, const SGDOptions& o) override {
-    check<std::invalid_argument>(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
-                                 "SGD: Nesterov momentum requires a momentum and zero dampening");
-    const double lr = o.lr(), wd = o.weight_decay(), mu = o.momentum();
-    const auto g = grad + p * wd;
-    if (mu == 0) {
-      eval_all({&p}, p - g * lr);
-      return;
-    }
-    auto it = momentum_.find(p.impl_ptr().get());
-    if (it == momentum_.end()) {  // the first step: the buffer is the gradient itself
-      Tensor<T> b = Optimizer<SGDOptions, T>::zeros_like(p);
-      if (o.nesterov()) eval_all({&b, &p}, g, p - (g + g * mu) * lr);
-      else eval_all({&b, &p}, g, p - g * lr);
-      momentum_.emplace(p.impl_ptr().get(), b);
-      return;
-    }
-    Tensor<T>& b = it->second;
-    const auto next = b * mu + g * (1 - o.dampening());
-    if (o.nesterov()) eval_all({&b, &p}, next, p - (g + next * mu) * lr);
-    else eval_all({&b, &p}, next, p - next * lr);
-  }
+  void update(Tensor<T>& p, const Tensor<T>& grad, const SGDOptions& o) override;
 
  private:
   ParamState param_state(const Tensor<T>& p) const override {
@@ -63,6 +44,34 @@ class SGD : public Optimizer<SGDOptions, T> {
 
   std::unordered_map<const TensorImpl*, Tensor<T>> momentum_;
 };
+
+// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an
+// extern template does not stop a member defined in the class from being compiled for inlining).
+template <Dtype T>
+void SGD<T>::update(Tensor<T>& p, const Tensor<T>& grad, const SGDOptions& o) {
+  check<std::invalid_argument>(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
+                               "SGD: Nesterov momentum requires a momentum and zero dampening");
+  const double lr = o.lr(), wd = o.weight_decay(), mu = o.momentum();
+  const auto g = grad + p * wd;
+  if (mu == 0) {
+    eval_all({&p}, p - g * lr);
+    return;
+  }
+  auto it = momentum_.find(p.impl_ptr().get());
+  if (it == momentum_.end()) {  // the first step: the buffer is the gradient itself
+    Tensor<T> b = Optimizer<SGDOptions, T>::zeros_like(p);
+    if (o.nesterov()) eval_all({&b, &p}, g, p - (g + g * mu) * lr);
+    else eval_all({&b, &p}, g, p - g * lr);
+    momentum_.emplace(p.impl_ptr().get(), b);
+    return;
+  }
+  Tensor<T>& b = it->second;
+  const auto next = b * mu + g * (1 - o.dampening());
+  if (o.nesterov()) eval_all({&b, &p}, next, p - (g + next * mu) * lr);
+  else eval_all({&b, &p}, next, p - next * lr);
+}
+
+KILN_INSTANTIATE(class SGD<float>);
 
 template <Dtype T>
 SGD(std::vector<Tensor<T>>, SGDOptions) -> SGD<T>;
