@@ -232,8 +232,7 @@ class Conv2dImplT : public Module {
   Conv2dOptions options;
   Tensor<float> weight, bias;
 };
-// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an extern
-// template does not stop a member defined in the class from being compiled for inlining).
+// Defined out of the class, so that a separately compiled program leaves it to its part (docs/design.md).
 template <class V>
 Tensor<float> Conv2dImplT<V>::forward(const Tensor<float>& x) {
   return functional::conv2d(x, weight, bias, options.stride_, options.padding_, options.dilation_, options.groups_);

@@ -35,9 +35,9 @@ struct LinearOptions {
 class LinearImpl : public Module {
  public:
   LinearImpl(int64_t in, int64_t out) : LinearImpl(LinearOptions(in, out)) {}
-  explicit LinearImpl(const LinearOptions& o);
-  Tensor<float> forward(const Tensor<float>& x) override;
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL explicit LinearImpl(const LinearOptions& o);
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void pretty_print(std::ostream& out) const override;
   LinearOptions options;
   Tensor<float> weight, bias;
 };
@@ -76,8 +76,8 @@ KILN_ACTIVATION(SiLU, SiluFn);
 class FlattenImpl : public Module {
  public:
   explicit FlattenImpl(int64_t start_dim = 1, int64_t end_dim = -1) : Module("Flatten"), start_(start_dim), end_(end_dim) {}
-  Tensor<float> forward(const Tensor<float>& x) override;
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void pretty_print(std::ostream& out) const override;
 
  private:
   int64_t start_, end_;
@@ -86,9 +86,9 @@ KILN_MODULE(Flatten);
 
 class DropoutImpl : public Module {
  public:
-  explicit DropoutImpl(double p = 0.5);
-  Tensor<float> forward(const Tensor<float>& x) override;
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL explicit DropoutImpl(double p = 0.5);
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void pretty_print(std::ostream& out) const override;
 
  private:
   double p_;
@@ -98,9 +98,9 @@ KILN_MODULE(Dropout);
 // A lookup table of num_embeddings vectors of size dim, initialized from N(0, 1) as PyTorch's.
 class EmbeddingImpl : public Module {
  public:
-  EmbeddingImpl(int64_t num_embeddings, int64_t dim);
-  Tensor<float> forward(const Tensor<int64_t>& indices);
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL EmbeddingImpl(int64_t num_embeddings, int64_t dim);
+  KILN_DECL Tensor<float> forward(const Tensor<int64_t>& indices);
+  KILN_DECL void pretty_print(std::ostream& out) const override;
   Tensor<float> weight;
 };
 KILN_MODULE(Embedding);
@@ -118,8 +118,8 @@ class SequentialImpl : public Module {
     if constexpr (requires { module.ptr(); }) push_back(std::static_pointer_cast<Module>(module.ptr()));
     else push_back(std::static_pointer_cast<Module>(module));
   }
-  void push_back(std::shared_ptr<Module> module);
-  Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void push_back(std::shared_ptr<Module> module);
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
   size_t size() const { return modules_.size(); }
   const std::shared_ptr<Module>& operator[](size_t i) const { return modules_.at(i); }
 

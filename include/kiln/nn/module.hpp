@@ -24,32 +24,32 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   // The forward of a one-input module (Sequential chains these).
-  virtual Tensor<float> forward(const Tensor<float>&);
+  KILN_DECL virtual Tensor<float> forward(const Tensor<float>&);
 
-  std::vector<Tensor<float>> parameters(bool recurse = true) const;
-  std::vector<std::pair<std::string, Tensor<float>>> named_parameters(bool recurse = true) const;
-  std::vector<std::pair<std::string, Tensor<float>>> named_buffers(bool recurse = true) const;
+  KILN_DECL std::vector<Tensor<float>> parameters(bool recurse = true) const;
+  KILN_DECL std::vector<std::pair<std::string, Tensor<float>>> named_parameters(bool recurse = true) const;
+  KILN_DECL std::vector<std::pair<std::string, Tensor<float>>> named_buffers(bool recurse = true) const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
 
-  void train(bool on = true);
+  KILN_DECL void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  void zero_grad(bool set_to_none = true);
+  KILN_DECL void zero_grad(bool set_to_none = true);
 
   // Parameters and buffers by their dotted names (copies share storage with the module).
-  std::map<std::string, Tensor<float>> state_dict() const;
+  KILN_DECL std::map<std::string, Tensor<float>> state_dict() const;
   // Copies the values in; strict: every entry must match a parameter or buffer and cover them all.
-  void load_state_dict(const std::map<std::string, Tensor<float>>& state, bool strict = true);
+  KILN_DECL void load_state_dict(const std::map<std::string, Tensor<float>>& state, bool strict = true);
 
   const std::string& name() const { return name_; }
   // One line for this module (e.g. "Linear(in_features=4, out_features=2, bias=true)").
-  virtual void pretty_print(std::ostream& out) const;
-  void print(std::ostream& out, int indent = 0) const;
+  KILN_DECL virtual void pretty_print(std::ostream& out) const;
+  KILN_DECL void print(std::ostream& out, int indent = 0) const;
 
  protected:
-  Tensor<float>& register_parameter(std::string name, Tensor<float> t, bool requires_grad = true);
-  Tensor<float>& register_buffer(std::string name, Tensor<float> t);
+  KILN_DECL Tensor<float>& register_parameter(std::string name, Tensor<float> t, bool requires_grad = true);
+  KILN_DECL Tensor<float>& register_buffer(std::string name, Tensor<float> t);
   template <class M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
     children_.emplace_back(std::move(name), module);
@@ -58,7 +58,7 @@ class Module {
 
  private:
   using Named = std::vector<std::pair<std::string, Tensor<float>>>;
-  void collect(Named& out, const std::string& prefix, bool recurse, Named Module::*which) const;
+  KILN_DECL void collect(Named& out, const std::string& prefix, bool recurse, Named Module::*which) const;
 
   std::string name_;
   bool training_ = true;

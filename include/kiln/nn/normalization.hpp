@@ -121,8 +121,7 @@ class LayerNormImplT : public Module {
   Shape shape_;
   double eps_;
 };
-// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an extern
-// template does not stop a member defined in the class from being compiled for inlining).
+// Defined out of the class, so that a separately compiled program leaves it to its part (docs/design.md).
 template <class V>
 Tensor<float> LayerNormImplT<V>::forward(const Tensor<float>& x) {
   return functional::layer_norm(x, shape_, weight, bias, eps_);
@@ -132,9 +131,9 @@ KILN_MODULE(LayerNorm);
 
 class GroupNormImpl : public Module {
  public:
-  GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps = 1e-5);
-  Tensor<float> forward(const Tensor<float>& x) override;
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps = 1e-5);
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void pretty_print(std::ostream& out) const override;
   Tensor<float> weight, bias;
 
  private:
@@ -147,10 +146,10 @@ KILN_MODULE(GroupNorm);
 // (running_mean, running_var, num_batches_tracked), batch statistics in train(), running ones in eval().
 class BatchNormImpl : public Module {
  public:
-  BatchNormImpl(const char* name, int input_rank_lo, int input_rank_hi, int64_t num_features, double eps,
-                double momentum);
-  Tensor<float> forward(const Tensor<float>& x) override;
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL BatchNormImpl(const char* name, int input_rank_lo, int input_rank_hi, int64_t num_features, double eps,
+                          double momentum);
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void pretty_print(std::ostream& out) const override;
   double eps() const { return eps_; }
   // Synchronized batch norm: training statistics over every replica's batch, summed by `sum` (set by
   // nn::convert_sync_batchnorm, <kiln/dist/sync_batch_norm.hpp>); empty for this process's batch alone.

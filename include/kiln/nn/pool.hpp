@@ -284,8 +284,8 @@ class MaxPool2dImpl : public Module {
  public:
   explicit MaxPool2dImpl(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
       : Module("MaxPool2d"), k_(kernel), s_(stride ? stride : kernel), p_(padding) {}
-  Tensor<float> forward(const Tensor<float>& x) override;
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void pretty_print(std::ostream& out) const override;
 
  private:
   int64_t k_, s_, p_;
@@ -296,8 +296,8 @@ class AvgPool2dImpl : public Module {
  public:
   explicit AvgPool2dImpl(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
       : Module("AvgPool2d"), k_(kernel), s_(stride ? stride : kernel), p_(padding) {}
-  Tensor<float> forward(const Tensor<float>& x) override;
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void pretty_print(std::ostream& out) const override;
 
  private:
   int64_t k_, s_, p_;
@@ -308,8 +308,8 @@ class AdaptiveAvgPool2dImpl : public Module {
  public:
   explicit AdaptiveAvgPool2dImpl(std::array<int64_t, 2> output_size) : Module("AdaptiveAvgPool2d"), size_(output_size) {}
   AdaptiveAvgPool2dImpl(int64_t h, int64_t w) : AdaptiveAvgPool2dImpl(std::array<int64_t, 2>{h, w}) {}
-  Tensor<float> forward(const Tensor<float>& x) override;
-  void pretty_print(std::ostream& out) const override;
+  KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
+  KILN_DECL void pretty_print(std::ostream& out) const override;
 
  private:
   std::array<int64_t, 2> size_;

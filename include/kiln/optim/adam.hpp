@@ -76,8 +76,7 @@ class AdamBase : public Optimizer<Options, T> {
   std::unordered_map<const TensorImpl*, State> state_;
 };
 
-// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an
-// extern template does not stop a member defined in the class from being compiled for inlining).
+// Defined out of the class, so that a separately compiled program leaves it to its part (docs/design.md).
 template <Dtype T, class Options, bool kDecoupled>
 void AdamBase<T, Options, kDecoupled>::update(Tensor<T>& p, const Tensor<T>& grad, const Options& o) {
   State& s = state_[p.impl_ptr().get()];

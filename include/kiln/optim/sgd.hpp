@@ -45,8 +45,7 @@ class SGD : public Optimizer<SGDOptions, T> {
   std::unordered_map<const TensorImpl*, Tensor<T>> momentum_;
 };
 
-// Out of the class, so that a separately compiled program's other units leave it to the compiled part (an
-// extern template does not stop a member defined in the class from being compiled for inlining).
+// Defined out of the class, so that a separately compiled program leaves it to its part (docs/design.md).
 template <Dtype T>
 void SGD<T>::update(Tensor<T>& p, const Tensor<T>& grad, const SGDOptions& o) {
   check<std::invalid_argument>(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
