@@ -1,7 +1,7 @@
 // A program built with KILN_SEPARATE_COMPILATION (core/config.hpp): this file sees only the declarations of the
-// training stack's float code, which its compiled part (tests/separate/kiln_part.cpp) defines. Each case runs the
-// part's code and compares it with the same computation compiled here: the double instantiations of the same
-// templates (kiln's part holds only float), or kiln's elementwise ops and matmul.
+// training stack's float code, which its compiled part (examples/kiln_part.cpp, shared with the examples) defines.
+// Each case runs the part's code and compares it with the same computation compiled here: the double instantiations
+// of the same templates (kiln's part holds only float), or kiln's elementwise ops and matmul.
 #include <doctest/doctest.h>
 
 #ifndef KILN_SEPARATE_COMPILATION
