@@ -24,28 +24,18 @@ The times are printed, and the -O2 budget holds the build's time.
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_time import (compile_once, dependency_flags, describe_scale, fastest_compile, machine_scale,  # noqa: E402
-                          read_limit)
-
-FUNCTION_SYMBOL_TYPES = set("TtWw")
+from compile_time import (compile_once, defined_functions, dependency_flags, describe_scale,  # noqa: E402
+                          fastest_compile, machine_scale, read_limit)
 
 
 def object_profile(obj):
     """(functions, code bytes, mangled-name bytes) of the functions an object file defines."""
-    out = subprocess.run(["nm", "--defined-only", "-S", obj], check=True, stdout=subprocess.PIPE, text=True).stdout
-    functions = code = names = 0
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) == 4 and fields[2] in FUNCTION_SYMBOL_TYPES:
-            functions += 1
-            code += int(fields[1], 16)
-            names += len(fields[3])
-    return functions, code, names
+    functions = defined_functions(obj)
+    return len(functions), sum(size for size, _ in functions), sum(len(name) for _, name in functions)
 
 
 def linear_prediction(depths, values):

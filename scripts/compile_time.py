@@ -92,6 +92,18 @@ def describe_scale(scale, seconds):
     return f"x {scale:.2f}: reference.cpp took {seconds:.2f} s CPU here"
 
 
+def defined_functions(obj, demangle=False):
+    """(size in bytes, name) of each function an object file defines (nm's symbol types T, t, W and w)."""
+    cmd = ["nm", "--defined-only", "-S"] + (["-C"] if demangle else []) + [obj]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.split(" ", 3)  # address, size, type, name (a demangled name has spaces)
+        if len(fields) == 4 and fields[2] in "TtWw":
+            found.append((int(fields[1], 16), fields[3]))
+    return found
+
+
 def fastest_compile(cmd, limit, name):
     """(CPU s, wall s, peak MB, tries) of cmd's fastest compile: tried again while over limit, three tries at most,
     unless so far over it (1.5 times) that it is no burst of load; None after printing why cmd does not compile."""

@@ -11,25 +11,19 @@ pkg-config's cflags for libhwy and eigen3 are appended to FLAGS; the TU is compi
 is what every build compiles) and its defined functions read with nm.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
-from compile_time import dependency_flags
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compile_time import compile_once, defined_functions, dependency_flags  # noqa: E402
 
 SHOWN = 15
 
 
 def kiln_functions(obj):
-    """(size, name) of the functions obj defines whose names mention kiln, the largest first."""
-    out = subprocess.run(["nm", "-C", "-S", "--defined-only", obj], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout
-    found = []
-    for line in out.splitlines():
-        parts = line.split(" ", 3)
-        if len(parts) == 4 and parts[2] in "TtWw" and "kiln" in parts[3]:
-            found.append((int(parts[1], 16), parts[3]))
-    return sorted(found, reverse=True)
+    """(size, demangled name) of the functions obj defines whose names mention kiln, the largest first."""
+    return sorted(((size, name) for size, name in defined_functions(obj, demangle=True) if "kiln" in name),
+                  reverse=True)
 
 
 def main():
@@ -42,7 +36,7 @@ def main():
         for mode, defines in (("header-only", []), ("KILN_SEPARATE_COMPILATION", ["-DKILN_SEPARATE_COMPILATION"])):
             obj = os.path.join(tmp, "tu.o")
             cmd = compiler + dependency_flags() + defines + ["-O0", "-c", tu, "-o", obj]
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = compile_once(cmd)[0]
             if proc.returncode != 0:
                 print(f"FAIL {os.path.basename(tu)} ({mode}): does not compile:\n{proc.stdout[:4000]}")
                 failed += 1

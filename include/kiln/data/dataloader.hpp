@@ -259,7 +259,6 @@ class DataLoader<D, Batch>::Iterator {
 };
 
 // The loader of the tutorials' dataset is compiled once in a separately compiled program's part (core/config.hpp).
-KILN_INSTANTIATE(class TensorDataset<float, int64_t>);
 KILN_INSTANTIATE(class DataLoader<TensorDataset<float, int64_t>>);
 
 // DataLoader(dataset, options, transform, collate) deduces the batch type from what the collate returns.

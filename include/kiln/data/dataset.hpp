@@ -115,6 +115,9 @@ class TensorDataset {
   Tensor<T> targets_;
 };
 
+// Compiled once in a separately compiled program's part (core/config.hpp), with its DataLoader (dataloader.hpp).
+KILN_INSTANTIATE(class TensorDataset<float, int64_t>);
+
 // The samples of a dataset at the given indices, in that order (torch.utils.data.Subset). The dataset is held
 // by a shared pointer, so the subsets that random_split makes share one copy of it.
 template <Dataset D>
