@@ -70,6 +70,20 @@ TEST_CASE("autograd::grad returns gradients without touching .grad") {
   CHECK_FALSE(unused[1].defined());
 }
 
+TEST_CASE("the engine orders a graph of many nodes whose gradients meet from many paths") {
+  // y_0 = x, y_{i+1} = 1.01 y_i + 0.01 x: one node per step (more than the engine scans before it indexes), each
+  // with an edge to the one before and one to x, so x's accumulator waits for n + 1 gradients.
+  // dy_n/dx = 2 * 1.01^n - 1.
+  for (const int n : {3, 16, 17, 60}) {
+    Tensor<double> x = sample({5}, 3).requires_grad_();
+    Tensor<double> y = x;
+    for (int i = 0; i < n; ++i) y = Tensor<double>(y * 1.01 + x * 0.01);
+    sum(y).backward();
+    const double expected = 2 * std::pow(1.01, n) - 1;
+    for (int64_t i = 0; i < 5; ++i) CHECK(x.grad()[i].item() == doctest::Approx(expected).epsilon(1e-13));
+  }
+}
+
 TEST_CASE("a custom Function records one node whose backward is the user's") {
   Tensor<double> x = sample({3}, 3).requires_grad_();
   const Tensor<double> y = ScaledSquare::apply(x, 2.5);

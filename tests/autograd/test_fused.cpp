@@ -107,6 +107,47 @@ TEST_CASE("a chain of elementwise ops records one node and one fused backward") 
   }
 }
 
+TEST_CASE("a tensor that is several leaves gets the sum of their adjoints, on every kernel path") {
+  // Leaves in order: a, b, a, c, b, a (c needs no gradient): a's buffer gets leaves 0, 2 and 5, b's 1 and 4.
+  const auto expr = [](const auto& a, const auto& b, const auto& c) { return a * b + square(a) * c + b * a * 3; };
+  const auto expect = [](double a, double b, double c) { return std::pair{b + 2 * a * c + 3 * b, a + 3 * a}; };
+  const auto check_grads = [&](const auto& a, const auto& b, const auto& c, double tolerance) {
+    const auto pa = a.template to<double>().to_vector(), pb = b.template to<double>().to_vector();
+    const auto pc = c.template to<double>().to_vector();
+    const auto ga = a.grad().template to<double>().to_vector(), gb = b.grad().template to<double>().to_vector();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      const auto [da, db] = expect(pa[i], pb[i], pc[i]);
+      CHECK(ga[i] == doctest::Approx(da).epsilon(tolerance));
+      CHECK(gb[i] == doctest::Approx(db).epsilon(tolerance));
+    }
+  };
+  SUBCASE("SIMD, with a tail") {
+    Tensor<float> a = rand<float>({37}) - 0.5f, b = rand<float>({37}), c = rand<float>({37});
+    a.requires_grad_();
+    b.requires_grad_();
+    Tensor<float>(expr(a, b, c)).backward(ones<float>({37}));
+    check_grads(a, b, c, 1e-6);
+  }
+  SUBCASE("scalar (a cast inside the expression)") {
+    Tensor<double> a = rand<double>({9}) - 0.5, b = rand<double>({9});
+    const Tensor<float> c = rand<float>({9});
+    a.requires_grad_();
+    b.requires_grad_();
+    const auto e = expr(a, b, (c + 0.0f).to<double>());
+    static_assert(!cpu::is_simd_v<std::remove_const_t<decltype(e)>>);
+    Tensor<double>(e).backward(ones<double>({9}));
+    check_grads(a, b, c, 1e-12);
+  }
+  SUBCASE("bfloat16 leaves, through staging") {
+    Tensor<bfloat16> a = (rand<float>({21}) - 0.5f).to<bfloat16>(), b = rand<float>({21}).to<bfloat16>();
+    const Tensor<bfloat16> c = rand<float>({21}).to<bfloat16>();
+    a.requires_grad_();
+    b.requires_grad_();
+    Tensor<bfloat16>(expr(a, b, c)).backward(ones<bfloat16>({21}));
+    check_grads(a, b, c, 1e-2);  // summed in float, rounded to bfloat16 once
+  }
+}
+
 // A chain costly enough that its backward reads the root's value from the output (autograd::detail::
 // root_from_output): the bench_autograd Math chain.
 auto costly(const auto& x, const auto& w) { return sigmoid(exp(tanh(sin(x * w) + x) * 0.5 - w) * x + 1); }

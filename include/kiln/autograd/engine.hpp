@@ -61,11 +61,10 @@ struct SavedTensor {
   uint64_t version = 0;
 
   SavedTensor() = default;
-  explicit SavedTensor(const ImplPtr& t) : impl(t->view_as(t->shape, t->strides, t->offset)), version(t->version()) {
-    check<std::logic_error>(!t->storage || !t->storage->is_inference(),
-                            "backward: an inference tensor (made under InferenceMode) of shape ", t->shape,
-                            " cannot be saved for backward; clone() it outside InferenceMode to get a normal tensor");
-  }
+  explicit SavedTensor(const ImplPtr& t) : SavedTensor(t->view_as(t->shape, t->strides, t->offset), t->version()) {}
+  // An input of the node that saves it (not its output, so no cycle): kept as it is, as PyTorch's SavedVariable
+  // keeps an input (a TensorImpl's shape and memory never change; its data is guarded by the version).
+  static SavedTensor input(const ImplPtr& t) { return SavedTensor(t, t->version()); }
 
   const ImplPtr& unpack(const Node& owner) const {
     if (impl->version() != version)
@@ -74,6 +73,13 @@ struct SavedTensor {
           " was modified in place after the forward pass (version ", version, ", now ", impl->version(),
           "); clone it before modifying it"));
     return impl;
+  }
+
+ private:
+  SavedTensor(ImplPtr t, uint64_t saved_version) : impl(std::move(t)), version(saved_version) {
+    check<std::logic_error>(!impl->storage || !impl->storage->is_inference(),
+                            "backward: an inference tensor (made under InferenceMode) of shape ", impl->shape,
+                            " cannot be saved for backward; clone() it outside InferenceMode to get a normal tensor");
   }
 };
 
@@ -88,36 +94,64 @@ struct BackwardOptions {
 KILN_DECL void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options);
 
 #if KILN_HEADER_DEFINITIONS
+namespace detail {
+// One entry per reachable node: the edges still to arrive, the gradients that did, a handle that
+// keeps the node alive while queued, and whether it ran.
+struct EngineTask {
+  int dependencies = 0;
+  GradList grads;
+  std::shared_ptr<Node> owner;
+  bool done = false;
+};
+// Found by a scan while the graph is small (a fused model's step has few nodes), by a hash index beyond.
+struct EngineTasks {
+  std::vector<std::pair<Node*, EngineTask>> entries;
+  std::unordered_map<Node*, size_t> index;
+  static constexpr size_t kScanned = 16;
+  std::pair<EngineTask*, bool> find_or_add(Node* n) {
+    if (entries.size() <= kScanned) {
+      for (auto& [node, task] : entries)
+        if (node == n) return {&task, false};
+    } else if (const auto it = index.find(n); it != index.end()) {
+      return {&entries[it->second].second, false};
+    }
+    entries.emplace_back(n, EngineTask{});
+    if (entries.size() > kScanned) {
+      if (index.empty())
+        for (size_t i = 0; i < entries.size(); ++i) index.emplace(entries[i].first, i);
+      else
+        index.emplace(n, entries.size() - 1);
+    }
+    return {&entries.back().second, true};
+  }
+  EngineTask& operator[](Node* n) { return *find_or_add(n).first; }
+};
+}  // namespace detail
+
 KILN_DECL void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options) {
   // Each node's backward runs in the precision its forward op used, also when backward() is called inside an
   // autocast region (core/autocast.hpp).
   const AutocastGuard no_autocast(kCPU, false);
-  // One entry per reachable node: the edges still to arrive, the gradients that did, a handle that
-  // keeps the node alive while queued, and whether it ran.
-  struct Task {
-    int dependencies = 0;
-    GradList grads;
-    std::shared_ptr<Node> owner;
-    bool done = false;
-  };
-  std::unordered_map<Node*, Task> tasks;
-  tasks.reserve(16);
-  std::vector<Node*> stack;
+  detail::EngineTasks tasks;
+  tasks.entries.reserve(detail::EngineTasks::kScanned);
+  // The discovery's stack, then the ready queue.
+  std::vector<Node*> nodes;
+  nodes.reserve(detail::EngineTasks::kScanned);
   for (const Edge& e : roots)
-    if (e.valid() && tasks.try_emplace(e.fn.get()).second) stack.push_back(e.fn.get());
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
+    if (e.valid() && tasks.find_or_add(e.fn.get()).second) nodes.push_back(e.fn.get());
+  while (!nodes.empty()) {
+    Node* n = nodes.back();
+    nodes.pop_back();
     for (const Edge& e : n->next_edges) {
       if (!e.valid()) continue;
-      auto [it, inserted] = tasks.try_emplace(e.fn.get());
-      ++it->second.dependencies;
-      if (inserted) stack.push_back(e.fn.get());
+      auto [task, inserted] = tasks.find_or_add(e.fn.get());
+      ++task->dependencies;
+      if (inserted) nodes.push_back(e.fn.get());
     }
   }
 
   auto deliver = [&](const Edge& e, ImplPtr g) {
-    Task& t = tasks[e.fn.get()];
+    detail::EngineTask& t = tasks[e.fn.get()];
     if (t.grads.size() < size_t(e.fn->num_outputs())) t.grads.resize(e.fn->num_outputs());
     t.grads[e.input_nr] = add_grads(t.grads[e.input_nr], std::move(g));
     if (!t.owner) t.owner = e.fn;
@@ -131,7 +165,7 @@ KILN_DECL void run_backward(const std::vector<Edge>& roots, GradList root_grads,
     return -1;
   };
   auto compare = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
-  std::priority_queue<Node*, std::vector<Node*>, decltype(compare)> ready(compare);
+  std::priority_queue<Node*, std::vector<Node*>, decltype(compare)> ready(compare, std::move(nodes));
 
   for (size_t i = 0; i < roots.size(); ++i)
     if (roots[i].valid()) deliver(roots[i], root_grads[i]);
@@ -141,7 +175,7 @@ KILN_DECL void run_backward(const std::vector<Edge>& roots, GradList root_grads,
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    Task& task = tasks[n];
+    detail::EngineTask& task = tasks[n];
     if (task.done) continue;
     task.done = true;
     const std::shared_ptr<Node> hold = std::move(task.owner);

@@ -16,32 +16,29 @@ struct FusedNode : Node {
   // `reaches[k]`: whether leaf k can get a gradient; `expanded`: the shape of the incoming gradient
   // with reduced dims kept as 1 (it broadcasts to `shape`, the expression's shape); `scale`
   // multiplies it (1 / count for a mean).
-  FusedNode(const std::vector<ImplPtr>& leaves, const bool* reaches, Shape shape, Shape expanded, std::string kind,
-            double scale)
+  FusedNode(const ImplPtr* const* leaves, size_t n, const bool* reaches, Shape shape, Shape expanded,
+            std::string kind, double scale)
       : shape_(std::move(shape)),
         grad_shape_(std::move(expanded)),
         kind_(std::move(kind)),
         scale_(scale) {
-    const size_t n = leaves.size();
     next_edges.reserve(n);
     leaves_.reserve(n);
-    owner_.reserve(n);
     for (size_t k = 0; k < n; ++k) {
+      const ImplPtr& leaf = *leaves[k];
       // A tensor that appears as several leaves (a * a) is saved once and its edge looked up once: `same` is its
       // first leaf, `same_grad` its first leaf that gets a gradient (k when there is none before k).
       size_t same = k, same_grad = k;
       for (size_t j = 0; j < k && same_grad == k; ++j)
-        if (leaves[j] == leaves[k]) {
+        if (*leaves[j] == leaf) {
           if (same == k) same = j;
           if (reaches[j]) same_grad = j;
         }
       if (!reaches[k]) next_edges.emplace_back();
-      else next_edges.push_back(same_grad < k ? next_edges[same_grad] : gradient_edge(leaves[k]));
-      leaves_.push_back(same < k ? leaves_[same] : SavedTensor(leaves[k]));
-      // It also gets one buffer: its first leaf with a gradient stores it there and the others add theirs (not
-      // through staging: float and double only).
-      const bool plain = leaves[k]->dtype == ScalarType::Float || leaves[k]->dtype == ScalarType::Double;
-      owner_.push_back(plain && next_edges[k].valid() ? int(same_grad) : int(k));
+      else next_edges.push_back(same_grad < k ? next_edges[same_grad] : gradient_edge(leaf));
+      // It also gets one buffer, where its first leaf with a gradient stores the sum of all of their adjoints.
+      const int owner = next_edges[k].valid() ? int(same_grad) : int(k);
+      leaves_.push_back({same < k ? leaves_[same].tensor : SavedTensor::input(leaf), owner});
     }
   }
 
@@ -62,34 +59,33 @@ struct FusedNode : Node {
     const size_t n = next_edges.size();
     ImplPtr g = grads.at(0);
     if (!g || leaves_.empty()) return GradList(n);
-    for (const SavedTensor& leaf : leaves_) leaf.unpack(*this);
+    for (const SavedLeaf& leaf : leaves_) leaf.tensor.unpack(*this);
     if (g->shape != grad_shape_ && !(g->is_contiguous() && g->numel() == numel_of(grad_shape_)))
       throw ShapeError(kiln::detail::cat("backward: ", name(), " got a gradient of shape ", g->shape, ", expected ",
                                          grad_shape_));
     if (g->shape != grad_shape_) g = g->view_as(grad_shape_, contiguous_strides(grad_shape_), g->offset);
     if (scale_ != 1) g = scaled_gradient(*g, scale_);
-    // One gradient buffer of the expression's shape per tensor that needs one; leaf k writes to
-    // buffer owner_[k].
-    GradList buffers(n), targets(n);
-    bool accumulate[kMaxOperands] = {};
+    // One gradient buffer of the expression's shape per tensor that needs one, written by the kernel once:
+    // leaf k's adjoint plus those of the later leaves that are the same tensor (leaves_[j].owner == k).
+    GradList buffers(n);
+    int owner[kMaxOperands];
     for (size_t k = 0; k < n; ++k) {
-      if (!next_edges[k].valid()) continue;
-      if (owner_[k] == int(k)) buffers[k] = TensorImpl::allocate(shape_, leaves_[k].impl->dtype, "backward");
-      targets[k] = buffers[owner_[k]];
-      accumulate[k] = owner_[k] != int(k);
+      owner[k] = leaves_[k].owner;
+      if (next_edges[k].valid() && owner[k] == int(k))
+        buffers[k] = TensorImpl::allocate(shape_, leaves_[k].tensor.impl->dtype, "backward");
     }
-    if (numel_of(shape_) > 0) run_kernel(*g, targets, accumulate);
+    if (numel_of(shape_) > 0) run_kernel(*g, buffers, owner);
     // A broadcast leaf's gradient is summed to its shape.
     for (size_t k = 0; k < n; ++k)
-      if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k].impl->shape);
+      if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k].tensor.impl->shape);
     return buffers;
   }
 
  protected:
   virtual void describe(std::ostream& out) const = 0;
-  // Writes each leaf's gradient (of the expression's shape) to buffers[k] (null: not needed), adding
-  // to what is there where accumulate[k].
-  virtual void run_kernel(const TensorImpl& g, const GradList& buffers, const bool* accumulate) const = 0;
+  // Writes to buffers[k] (null: none) the gradient of the tensor that is leaf k (of the expression's shape): the
+  // sum of the adjoints of the leaves j with owner[j] == k.
+  virtual void run_kernel(const TensorImpl& g, const GradList& buffers, const int* owner) const = 0;
 
   // The kernel's plan: operand 0 the incoming gradient, 1..N the leaves, N+1..2N the buffers, then the saved
   // output where the kernel reads the root's value from it (kOutput).
@@ -99,7 +95,7 @@ struct FusedNode : Node {
     plan.set_shape(shape_);
     plan.set_operand(0, &g, shape_);
     for (int k = 0; k < N; ++k) {
-      plan.set_operand(1 + k, leaves_[k].impl.get(), shape_);
+      plan.set_operand(1 + k, leaves_[k].tensor.impl.get(), shape_);
       plan.set_operand(1 + N + k, buffers[k].get(), shape_);
     }
     if constexpr (kOutput) plan.set_operand(2 * N + 1, output_.unpack(*this).get(), shape_);
@@ -107,9 +103,12 @@ struct FusedNode : Node {
     return plan;
   }
 
-  std::vector<SavedTensor> leaves_;
+  struct SavedLeaf {
+    SavedTensor tensor;
+    int owner;  // the leaf whose gradient buffer gets this leaf's adjoint
+  };
+  std::vector<SavedLeaf> leaves_;
   SavedTensor output_;  // the materialized output, where the root's derivative reads it (FusedBackward<E, true>)
-  std::vector<int> owner_;
   Shape shape_;
   Shape grad_shape_;
   std::string kind_;
@@ -177,7 +176,7 @@ struct root_from_output<Map<Op, A...>> {
 template <class E>
 struct BackwardContext {
   const E* expr;
-  const bool* accumulate;  // per leaf: add to its gradient array instead of storing
+  const int* owner;  // per leaf: the leaf whose gradient array gets its adjoint (FusedNode::run_kernel)
 };
 
 }  // namespace kiln::autograd
@@ -186,20 +185,39 @@ HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
 
-// Stores each leaf's adjoint into its gradient array (operand N + I; null: not needed).
-template <int N, class D>
-struct SimdGradSink {
-  D d;
-  char* const* ptr;
-  const bool* accumulate;
-  int64_t j;
-  template <int I, class T, class V>
-  HWY_INLINE void leaf(const V& adj) {
-    if constexpr (is_floating_v<T>) {
-      auto* p = reinterpret_cast<hn::TFromD<D>*>(ptr[N + I]);
-      if (!p) return;
-      hn::StoreU(accumulate[I - 1] ? hn::Add(hn::LoadU(d, p + j), adj) : adj, d, p + j);
-    }
+// For each leaf k, the later leaves whose adjoints go to k's gradient buffer (bit j: leaf j; owner[j] == k).
+template <int N>
+std::array<uint64_t, N> later_leaves(const int* owner) {
+  static_assert(N <= 64, "kiln: a backward kernel takes at most 64 leaves");
+  std::array<uint64_t, N> later{};
+  for (int j = 0; j < N; ++j)
+    if (owner[j] != j) later[owner[j]] |= uint64_t(1) << j;
+  return later;
+}
+
+// Collects the leaves' adjoints at one position (a SIMD vector or one element) and stores them: leaf k's
+// gradient array (buffer[k], null: not needed) gets its own adjoint plus those of the later leaves that are the
+// same tensor (later_leaves). Summed in registers, so a tensor that is several leaves (x * w + x) is written once.
+template <int N, class V>
+struct GradientSums {
+  V adj[N];
+  template <int I, class T, class A>
+  HWY_INLINE void leaf(const A& a) {
+    if constexpr (is_floating_v<T>) adj[I - 1] = V(a);
+  }
+  template <class Store>
+  HWY_INLINE void store(char* const* buffer, const std::array<uint64_t, N>& later, Store&& store_at) const {
+    [&]<int... K>(std::integer_sequence<int, K...>) {
+      const auto one = [&](auto k_constant) {
+        constexpr int k = decltype(k_constant)::value;
+        if (!buffer[k]) return;
+        V sum = adj[k];
+        // (Tested first: a leaf that no later leaf shares a tensor with costs one branch, not N.)
+        if (later[k]) ((K > k && (later[k] >> K & 1) ? void(sum = sum + adj[K]) : void()), ...);
+        store_at(k_constant, buffer[k], sum);
+      };
+      (one(std::integral_constant<int, K>{}), ...);
+    }(std::make_integer_sequence<int, N>{});
   }
 };
 
@@ -214,16 +232,17 @@ void simd_backward_kernel(const void* context, char* const* ptr, int64_t n) {
   // Local copies the compiler can keep in registers across the stores.
   char* p[2 * N + 1 + kOutput];
   for (int k = 0; k <= 2 * N + kOutput; ++k) p[k] = ptr[k];
-  bool accumulate[N];
-  for (int k = 0; k < N; ++k) accumulate[k] = ctx.accumulate[k];
+  const auto later = later_leaves<N>(ctx.owner);
   for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) {
     const SimdSweep<decltype(d)> sweep{d, p, j};
     const auto tape = [&] {
       if constexpr (kOutput) return tape_forward_given<1>(e, sweep, hn::LoadU(d, reinterpret_cast<const L*>(p[2 * N + 1]) + j));
       else return tape_forward<1>(e, sweep);
     }();
-    SimdGradSink<N, decltype(d)> sink{d, p, accumulate, j};
-    tape_backward<1>(e, sweep, tape, hn::LoadU(d, reinterpret_cast<const L*>(p[0]) + j), sink);
+    GradientSums<N, hn::Vec<decltype(d)>> sums;
+    for (auto& a : sums.adj) a = hn::Zero(d);  // (for leaves no gradient reaches; the compiler drops the rest)
+    tape_backward<1>(e, sweep, tape, hn::LoadU(d, reinterpret_cast<const L*>(p[0]) + j), sums);
+    sums.store(p + N + 1, later, [&](auto, char* buffer, const auto& v) { hn::StoreU(v, d, reinterpret_cast<L*>(buffer) + j); });
   }
 }
 
@@ -235,34 +254,28 @@ namespace kiln::autograd {
 
 namespace detail {
 
-template <int N>
-struct ScalarGradSink {
-  char* const* ptr;
-  const bool* accumulate;
-  int64_t j;
-  template <int I, class T, class V>
-  void leaf(const V& adj) {
-    if constexpr (is_floating_v<T>) {
-      auto* p = reinterpret_cast<compute_t<T>*>(ptr[N + I]);
-      if (p) p[j] = accumulate[I - 1] ? p[j] + compute_t<T>(adj) : compute_t<T>(adj);
-    }
-  }
-};
-
 template <class E, bool kOutput>
 void scalar_backward_kernel(const void* context, char* const* ptr, int64_t n) {
   const auto& ctx = *static_cast<const BackwardContext<E>*>(context);
   const E& e = *ctx.expr;
   using G = compute_t<typename E::value_type>;
   constexpr int N = leaf_count_v<E>;
+  const auto later = kiln::HWY_NAMESPACE::later_leaves<N>(ctx.owner);
   for (int64_t j = 0; j < n; ++j) {
     const kiln::HWY_NAMESPACE::ScalarSweep sweep{ptr, j};
     const auto tape = [&] {
       if constexpr (kOutput) return kiln::HWY_NAMESPACE::tape_forward_given<1>(e, sweep, reinterpret_cast<const G*>(ptr[2 * N + 1])[j]);
       else return kiln::HWY_NAMESPACE::tape_forward<1>(e, sweep);
     }();
-    ScalarGradSink<leaf_count_v<E>> sink{ptr, ctx.accumulate, j};
-    kiln::HWY_NAMESPACE::tape_backward<1>(e, sweep, tape, reinterpret_cast<const G*>(ptr[0])[j], sink);
+    // (Adjoints in double: every floating dtype's compute type converts to it and back exactly.)
+    kiln::HWY_NAMESPACE::GradientSums<N, double> sums{};
+    kiln::HWY_NAMESPACE::tape_backward<1>(e, sweep, tape, reinterpret_cast<const G*>(ptr[0])[j], sums);
+    sums.store(ptr + N + 1, later, [&](auto k, char* buffer, double v) {
+      if constexpr (cpu::kernel_dtype<E>(leaf_dtypes<E>::value[k]) == ScalarType::Double)
+        reinterpret_cast<double*>(buffer)[j] = v;
+      else
+        reinterpret_cast<float*>(buffer)[j] = float(v);
+    });
   }
 }
 
@@ -289,9 +302,10 @@ template <class E, bool kOutput>
 struct FusedBackward final : FusedNode {
   static constexpr int N = leaf_count_v<E>;
 
-  FusedBackward(const E& e, const std::vector<ImplPtr>& leaves, Shape shape, Shape expanded, std::string kind,
+  FusedBackward(const E& e, const ImplPtr* const* leaves, Shape shape, Shape expanded, std::string kind,
                 double scale, const ImplPtr& output)
-      : FusedNode(leaves, gradient_reaches<E>.data(), std::move(shape), std::move(expanded), std::move(kind), scale),
+      : FusedNode(leaves, N, gradient_reaches<E>.data(), std::move(shape), std::move(expanded), std::move(kind),
+                  scale),
         expr_(e) {
     if constexpr (kOutput) output_ = SavedTensor(output);
   }
@@ -307,14 +321,14 @@ struct FusedBackward final : FusedNode {
     detail::describe(out, expr_, leaf);
   }
 
-  void run_kernel(const TensorImpl& g, const GradList& buffers, const bool* accumulate) const override {
+  void run_kernel(const TensorImpl& g, const GradList& buffers, const int* owner) const override {
     static constexpr auto types = detail::backward_operands<E, kOutput>();
     cpu::KernelDesc kernel;
     if constexpr (cpu::is_simd_v<E>)
       kernel = {&kiln::HWY_NAMESPACE::simd_backward_kernel<E, kOutput>, kiln::HWY_NAMESPACE::simd_lanes<E>()};
     else
       kernel = {&detail::scalar_backward_kernel<E, kOutput>, 1};
-    const BackwardContext<E> context{&expr_, accumulate};
+    const BackwardContext<E> context{&expr_, owner};
     cpu::run_plan(backward_plan<N, kOutput>(g, buffers), types.data(), kernel, &context,
                   3 * tree_traits<E>::cost + 2 * N + 1);
   }
@@ -341,12 +355,12 @@ template <class E, bool kMaterialized>
 void record_fused(const E& e, const ImplPtr& out, const Shape& expr_shape, const Shape& expanded_grad_shape,
                   const char* kind, double scale) {
   constexpr bool kOutput = kMaterialized && detail::root_from_output<E>::value;
-  std::vector<ImplPtr> leaves;
-  leaves.reserve(leaf_count_v<E>);
-  for_each_leaf(e, [&](const auto& leaf) { leaves.push_back(leaf.impl); });
+  std::array<const ImplPtr*, leaf_count_v<E>> leaves;
+  size_t k = 0;
+  for_each_leaf(e, [&](const auto& leaf) { leaves[k++] = &leaf.impl; });
   AutogradMeta& meta = meta_of(out);
-  meta.grad_fn =
-      std::make_shared<FusedBackward<E, kOutput>>(e, leaves, expr_shape, expanded_grad_shape, kind, scale, out);
+  meta.grad_fn = std::make_shared<FusedBackward<E, kOutput>>(e, leaves.data(), expr_shape, expanded_grad_shape, kind,
+                                                             scale, out);
   meta.output_nr = 0;
 }
 

@@ -200,25 +200,12 @@ inline void run_segment(const KernelDesc& kernel, const void* context, const Ope
   }
   char* stage = staged ? stage_memory(size_t(nops) * kStageBlock * 8) : nullptr;
   char* ptr[kMaxOperands];
-  // Outputs that are one array (a tensor that is several leaves of a backward kernel, whose
-  // gradients add up there) share one staging buffer.
-  int alias[kMaxOperands];
-  for (int k = 0; k < nops; ++k) {
-    alias[k] = -1;
-    for (int j = 0; j < k && types[k].output && at[k]; ++j)
-      if (types[j].output && at[j] == at[k]) {
-        alias[k] = j;
-        break;
-      }
-  }
   auto run = [&](int64_t b, int64_t count, int64_t len, bool all_staged, char* memory, int64_t stride) {
     for (int k = 0; k < nops; ++k) {
       if (!at[k]) {
         ptr[k] = nullptr;
       } else if (direct[k] && !all_staged) {
         ptr[k] = at[k] + b * step[k];
-      } else if (alias[k] >= 0) {
-        ptr[k] = ptr[alias[k]];
       } else {
         ptr[k] = memory + k * stride;
         const int64_t ks = int64_t(element_size(types[k].kernel));
@@ -228,7 +215,7 @@ inline void run_segment(const KernelDesc& kernel, const void* context, const Ope
     }
     kernel.fn(context, ptr, len);
     for (int k = 0; k < nops; ++k) {
-      if (at[k] && types[k].output && alias[k] < 0 && (!direct[k] || all_staged))
+      if (at[k] && types[k].output && (!direct[k] || all_staged))
         convert(types[k].stored, at[k] + b * step[k], step[k], types[k].kernel, ptr[k],
                 int64_t(element_size(types[k].kernel)), count);
     }
