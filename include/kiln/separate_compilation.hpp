@@ -6,8 +6,9 @@
 //   // kiln_part.cpp
 //   #include <kiln/separate_compilation.hpp>
 //
-// That unit compiles the bodies the other units only declare: the nn layers and Module, the float losses and
-// optimizers, gradient clipping and the backward engine. It is compiled with the program's own flags, so its
+// That unit compiles the bodies the other units only declare: the runtime under every tensor (storage and the
+// caching allocator, shape checks, the loop driver, the autograd engine and its non-template nodes), the nn layers
+// and Module, the float losses and optimizers, and gradient clipping. It is compiled with the program's own flags, so its
 // kernels are built for the same SIMD target as the rest of the program.
 #if !defined(KILN_SEPARATE_COMPILATION)
 #error "kiln: <kiln/separate_compilation.hpp> is the compiled part of a program built with -DKILN_SEPARATE_COMPILATION"

@@ -30,6 +30,47 @@ void check_close(const Tensor<float>& a, const Tensor<double>& b, double tol = 1
 
 Tensor<double> as_double(const Tensor<float>& t) { return t.detach().to<double>(); }
 
+TEST_CASE("separate compilation: the tensor and autograd runtime in the part (storage, shapes, views, engine)") {
+  // Storage through the part's caching allocator: a freed block of a size class comes back from the cache.
+  empty_cache();
+  const MemoryStats before = memory_stats();
+  { const Tensor<float> t = empty<float>({1000}); }
+  { const Tensor<float> t = empty<float>({1000}); }
+  const MemoryStats after = memory_stats();
+  CHECK(after.allocations - before.allocations == 2);
+  CHECK(after.cache_hits - before.cache_hits == 1);
+  // Shape errors are made by the part's broadcast_shapes and checked_numel, with the op and the shapes named.
+  CHECK_THROWS_WITH_AS(Tensor<float>(ones<float>({2, 3}) + ones<float>({4})),
+                       "add: shapes [2, 3] and [4] cannot be broadcast",
+                       ShapeError);
+  CHECK_THROWS_AS(empty<float>({-1}), ShapeError);
+  // A broadcast leaf used twice, through views (a transpose and a slice): the fused node's repeated leaves, the
+  // gradient summed to a broadcast leaf's shape, and the views' backward all run in the part. Against the same
+  // computation in double, whose templates this file compiles but whose runtime is the part's as well, and
+  // against the chain rule: y = sum(a^T * b + a^T * a^T), b of shape [1, 3] broadcast over 4 rows.
+  Tensor<float> a = rand<float>({3, 4}) - 0.5f, b = rand<float>({1, 3});
+  a.requires_grad_();
+  b.requires_grad_();
+  const Tensor<float> at = a.transpose(0, 1);
+  sum(at * b + at * at).backward();
+  const auto pa = a.detach().to<double>().to_vector(), pb = b.detach().to<double>().to_vector();
+  const auto ga = a.grad().to<double>().to_vector(), gb = b.grad().to<double>().to_vector();
+  for (int i = 0; i < 3; ++i) {
+    double column = 0;  // d/db_i: the sum of a's row i
+    for (int j = 0; j < 4; ++j) {
+      CHECK(ga[size_t(i * 4 + j)] == doctest::Approx(pb[size_t(i)] + 2 * pa[size_t(i * 4 + j)]).epsilon(1e-6));
+      column += pa[size_t(i * 4 + j)];
+    }
+    CHECK(gb[size_t(i)] == doctest::Approx(column).epsilon(1e-5));
+  }
+  Tensor<double> x = rand<double>({5, 2});
+  x.requires_grad_();
+  const Tensor<double> rows = x.slice(0, 1, 4);  // a view: its gradient lands in rows 1 to 3 of x
+  sum(rows * rows).backward();
+  const auto px = x.detach().to_vector(), gx = x.grad().to_vector();
+  for (size_t k = 0; k < 10; ++k) CHECK(gx[k] == (k >= 2 && k < 8 ? 2 * px[k] : 0.0));
+}
+
 TEST_CASE("separate compilation: Linear, activations, Flatten, Dropout, Embedding and Sequential") {
   manual_seed(11);
   nn::Sequential net(nn::Linear(6, 5), nn::Tanh(), nn::Linear(5, 4), nn::GELU(), nn::Flatten(), nn::Dropout(0.0));

@@ -15,43 +15,20 @@ namespace kiln::autograd {
 // The node that accumulates a leaf's gradient into its .grad (in place once a .grad exists).
 struct AccumulateGrad : Node {
   explicit AccumulateGrad(ImplPtr leaf) : leaf_(std::move(leaf)) {}
-  std::string name() const override { return "AccumulateGrad"; }
+  KILN_DECL std::string name() const override;
   bool accumulates() const override { return true; }
-  GradList apply(GradList&& grads) override {
-    ImplPtr g = std::move(grads.at(0));
-    if (!g) return {};
-    AutogradMeta& meta = *leaf_->autograd;
-    for (const auto& hook : meta.hooks)
-      if (ImplPtr replaced = hook(g)) g = std::move(replaced);
-    // Keep the gradient itself unless someone else holds it (the user's root gradient).
-    if (!meta.grad) meta.grad = g.use_count() > 1 || !g->is_contiguous() ? copy_gradient(*g) : std::move(g);
-    else meta.grad = add_grads(meta.grad, g);
-    return {};
-  }
+  KILN_DECL GradList apply(GradList&& grads) override;
   ImplPtr leaf_;
 };
 
-inline AutogradMeta& meta_of(const ImplPtr& impl) {
-  if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
-  return *impl->autograd;
-}
+KILN_DECL AutogradMeta& meta_of(const ImplPtr& impl);
 
 inline bool requires_grad(const TensorImpl& impl) {
   return impl.autograd && (impl.autograd->requires_grad || impl.autograd->grad_fn);
 }
 
 // Where a gradient with respect to this tensor goes: its grad_fn, or its leaf accumulator.
-inline Edge gradient_edge(const ImplPtr& impl) {
-  if (!requires_grad(*impl)) return {};
-  AutogradMeta& meta = *impl->autograd;
-  if (meta.grad_fn) return {meta.grad_fn, meta.output_nr};
-  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
-  if (!acc) {
-    acc = std::make_shared<AccumulateGrad>(impl);
-    meta.grad_accumulator = acc;
-  }
-  return {acc, 0};
-}
+KILN_DECL Edge gradient_edge(const ImplPtr& impl);
 
 // A tensor a node keeps for its backward: the same memory without autograd meta (so an output
 // saved by its own grad_fn makes no reference cycle), and the version it had, so that a backward
@@ -94,6 +71,37 @@ struct BackwardOptions {
 KILN_DECL void run_backward(const std::vector<Edge>& roots, GradList root_grads, const BackwardOptions& options);
 
 #if KILN_HEADER_DEFINITIONS
+KILN_DECL std::string AccumulateGrad::name() const { return "AccumulateGrad"; }
+
+KILN_DECL GradList AccumulateGrad::apply(GradList&& grads) {
+  ImplPtr g = std::move(grads.at(0));
+  if (!g) return {};
+  AutogradMeta& meta = *leaf_->autograd;
+  for (const auto& hook : meta.hooks)
+    if (ImplPtr replaced = hook(g)) g = std::move(replaced);
+  // Keep the gradient itself unless someone else holds it (the user's root gradient).
+  if (!meta.grad) meta.grad = g.use_count() > 1 || !g->is_contiguous() ? copy_gradient(*g) : std::move(g);
+  else meta.grad = add_grads(meta.grad, g);
+  return {};
+}
+
+KILN_DECL AutogradMeta& meta_of(const ImplPtr& impl) {
+  if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
+  return *impl->autograd;
+}
+
+KILN_DECL Edge gradient_edge(const ImplPtr& impl) {
+  if (!requires_grad(*impl)) return {};
+  AutogradMeta& meta = *impl->autograd;
+  if (meta.grad_fn) return {meta.grad_fn, meta.output_nr};
+  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(impl);
+    meta.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
 namespace detail {
 // One entry per reachable node: the edges still to arrive, the gradients that did, a handle that
 // keeps the node alive while queued, and whether it ran.

@@ -9,6 +9,7 @@
 
 #include "kiln/autograd/derive.hpp"
 #include "kiln/autograd/engine.hpp"
+#include "kiln/core/config.hpp"
 
 namespace kiln::autograd {
 
@@ -16,70 +17,11 @@ struct FusedNode : Node {
   // `reaches[k]`: whether leaf k can get a gradient; `expanded`: the shape of the incoming gradient
   // with reduced dims kept as 1 (it broadcasts to `shape`, the expression's shape); `scale`
   // multiplies it (1 / count for a mean).
-  FusedNode(const ImplPtr* const* leaves, size_t n, const bool* reaches, Shape shape, Shape expanded,
-            std::string kind, double scale)
-      : shape_(std::move(shape)),
-        grad_shape_(std::move(expanded)),
-        kind_(std::move(kind)),
-        scale_(scale) {
-    next_edges.reserve(n);
-    leaves_.reserve(n);
-    for (size_t k = 0; k < n; ++k) {
-      const ImplPtr& leaf = *leaves[k];
-      // A tensor that appears as several leaves (a * a) is saved once and its edge looked up once: `same` is its
-      // first leaf, `same_grad` its first leaf that gets a gradient (k when there is none before k).
-      size_t same = k, same_grad = k;
-      for (size_t j = 0; j < k && same_grad == k; ++j)
-        if (*leaves[j] == leaf) {
-          if (same == k) same = j;
-          if (reaches[j]) same_grad = j;
-        }
-      if (!reaches[k]) next_edges.emplace_back();
-      else next_edges.push_back(same_grad < k ? next_edges[same_grad] : gradient_edge(leaf));
-      // It also gets one buffer, where its first leaf with a gradient stores the sum of all of their adjoints.
-      const int owner = next_edges[k].valid() ? int(same_grad) : int(k);
-      leaves_.push_back({same < k ? leaves_[same].tensor : SavedTensor::input(leaf), owner});
-    }
-  }
-
-  std::string name() const override {
-    std::ostringstream out;
-    out << kind_ << '(';
-    describe(out);
-    out << ')';
-    return out.str();
-  }
-
-  void release_saved() override {
-    leaves_.clear();
-    output_ = {};
-  }
-
-  GradList apply(GradList&& grads) override {
-    const size_t n = next_edges.size();
-    ImplPtr g = grads.at(0);
-    if (!g || leaves_.empty()) return GradList(n);
-    for (const SavedLeaf& leaf : leaves_) leaf.tensor.unpack(*this);
-    if (g->shape != grad_shape_ && !(g->is_contiguous() && g->numel() == numel_of(grad_shape_)))
-      throw ShapeError(kiln::detail::cat("backward: ", name(), " got a gradient of shape ", g->shape, ", expected ",
-                                         grad_shape_));
-    if (g->shape != grad_shape_) g = g->view_as(grad_shape_, contiguous_strides(grad_shape_), g->offset);
-    if (scale_ != 1) g = scaled_gradient(*g, scale_);
-    // One gradient buffer of the expression's shape per tensor that needs one, written by the kernel once:
-    // leaf k's adjoint plus those of the later leaves that are the same tensor (leaves_[j].owner == k).
-    GradList buffers(n);
-    int owner[kMaxOperands];
-    for (size_t k = 0; k < n; ++k) {
-      owner[k] = leaves_[k].owner;
-      if (next_edges[k].valid() && owner[k] == int(k))
-        buffers[k] = TensorImpl::allocate(shape_, leaves_[k].tensor.impl->dtype, "backward");
-    }
-    if (numel_of(shape_) > 0) run_kernel(*g, buffers, owner);
-    // A broadcast leaf's gradient is summed to its shape.
-    for (size_t k = 0; k < n; ++k)
-      if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k].tensor.impl->shape);
-    return buffers;
-  }
+  KILN_DECL FusedNode(const ImplPtr* const* leaves, size_t n, const bool* reaches, Shape shape, Shape expanded,
+                      std::string kind, double scale);
+  KILN_DECL std::string name() const override;
+  KILN_DECL void release_saved() override;
+  KILN_DECL GradList apply(GradList&& grads) override;
 
  protected:
   virtual void describe(std::ostream& out) const = 0;
@@ -191,7 +133,7 @@ std::array<uint64_t, N> later_leaves(const int* owner) {
   static_assert(N <= 64, "kiln: a backward kernel takes at most 64 leaves");
   std::array<uint64_t, N> later{};
   for (int j = 0; j < N; ++j)
-    if (owner[j] != j) later[owner[j]] |= uint64_t(1) << j;
+    if (const int k = owner[j]; unsigned(k) < unsigned(j)) later[k] |= uint64_t(1) << j;  // (k < j by design)
   return later;
 }
 
@@ -363,5 +305,73 @@ void record_fused(const E& e, const ImplPtr& out, const Shape& expr_shape, const
                                                              scale, out);
   meta.output_nr = 0;
 }
+
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL FusedNode::FusedNode(const ImplPtr* const* leaves, size_t n, const bool* reaches, Shape shape,
+                               Shape expanded, std::string kind, double scale)
+    : shape_(std::move(shape)),
+      grad_shape_(std::move(expanded)),
+      kind_(std::move(kind)),
+      scale_(scale) {
+  next_edges.reserve(n);
+  leaves_.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    const ImplPtr& leaf = *leaves[k];
+    // A tensor that appears as several leaves (a * a) is saved once and its edge looked up once: `same` is its
+    // first leaf, `same_grad` its first leaf that gets a gradient (k when there is none before k).
+    size_t same = k, same_grad = k;
+    for (size_t j = 0; j < k && same_grad == k; ++j)
+      if (*leaves[j] == leaf) {
+        if (same == k) same = j;
+        if (reaches[j]) same_grad = j;
+      }
+    if (!reaches[k]) next_edges.emplace_back();
+    else next_edges.push_back(same_grad < k ? next_edges[same_grad] : gradient_edge(leaf));
+    // It also gets one buffer, where its first leaf with a gradient stores the sum of all of their adjoints.
+    const int owner = next_edges[k].valid() ? int(same_grad) : int(k);
+    leaves_.push_back({same < k ? leaves_[same].tensor : SavedTensor::input(leaf), owner});
+  }
+}
+
+KILN_DECL std::string FusedNode::name() const {
+  std::ostringstream out;
+  out << kind_ << '(';
+  describe(out);
+  out << ')';
+  return out.str();
+}
+
+KILN_DECL void FusedNode::release_saved() {
+  leaves_.clear();
+  output_ = {};
+}
+
+KILN_DECL GradList FusedNode::apply(GradList&& grads) {
+  const size_t n = next_edges.size();
+  ImplPtr g = grads.at(0);
+  if (!g || leaves_.empty()) return GradList(n);
+  for (const SavedLeaf& leaf : leaves_) leaf.tensor.unpack(*this);
+  if (g->shape != grad_shape_ && !(g->is_contiguous() && g->numel() == numel_of(grad_shape_)))
+    throw ShapeError(kiln::detail::cat("backward: ", name(), " got a gradient of shape ", g->shape, ", expected ",
+                                       grad_shape_));
+  if (g->shape != grad_shape_) g = g->view_as(grad_shape_, contiguous_strides(grad_shape_), g->offset);
+  if (scale_ != 1) g = scaled_gradient(*g, scale_);
+  // One gradient buffer of the expression's shape per tensor that needs one, written by the kernel once:
+  // leaf k's adjoint plus those of the later leaves that are the same tensor (leaves_[j].owner == k).
+  GradList buffers(n);
+  int owner[kMaxOperands];
+  for (size_t k = 0; k < n; ++k) {
+    owner[k] = leaves_[k].owner;
+    if (next_edges[k].valid() && owner[k] == int(k))
+      buffers[k] = TensorImpl::allocate(shape_, leaves_[k].tensor.impl->dtype, "backward");
+  }
+  if (numel_of(shape_) > 0) run_kernel(*g, buffers, owner);
+  // A broadcast leaf's gradient is summed to its shape.
+  for (size_t k = 0; k < n; ++k)
+    if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k].tensor.impl->shape);
+  return buffers;
+}
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln::autograd

@@ -1,12 +1,13 @@
 #pragma once
 // Arithmetic on gradients as the engine and the view nodes need it: copy, add, sum over broadcast
-// dims. Type-erased (a dtype switch over plain loops, not fused kernels): it is compiled once into
-// every program that includes kiln, whatever expressions the program has.
+// dims. Type-erased (a dtype switch over plain loops, not fused kernels): compiled once per program,
+// whatever expressions it has (in its compiled part with KILN_SEPARATE_COMPILATION).
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kiln/autograd/meta.hpp"
+#include "kiln/core/config.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/cpu/loop_plan.hpp"
 #include "kiln/cpu/partial_sum.hpp"
@@ -26,74 +27,20 @@ void with_gradient_type(ScalarType t, F&& f) {
 }
 
 // dst = src elementwise, same dtype; src broadcasts to dst's shape.
-inline void copy_elements(const TensorImpl& dst, const TensorImpl& src) {
-  LoopPlan<2> plan;
-  plan.set_shape(dst.shape);
-  plan.set_operand(0, &dst, dst.shape);
-  plan.set_operand(1, &src, dst.shape);
-  plan.coalesce();
-  const size_t es = element_size(dst.dtype);
-  const int64_t dstep = plan.step[0][plan.rank - 1];
-  cpu::for_each_row(plan, 0, plan.numel(), [&](char* d, const auto& c, int64_t j, int64_t stop) {
-    if (dstep == int64_t(es) && c.step[0] == int64_t(es)) {
-      std::memcpy(d + j * dstep, c.ptr[0] + j * c.step[0], size_t(stop - j) * es);
-      return;
-    }
-    for (; j < stop; ++j) std::memcpy(d + j * dstep, c.ptr[0] + j * c.step[0], es);
-  });
-}
+KILN_DECL void copy_elements(const TensorImpl& dst, const TensorImpl& src);
 
 // A contiguous copy of a gradient.
-inline ImplPtr copy_gradient(const TensorImpl& g) {
-  ImplPtr out = TensorImpl::allocate(g.shape, g.dtype, "backward");
-  copy_elements(*out, g);
-  return out;
-}
+KILN_DECL ImplPtr copy_gradient(const TensorImpl& g);
 
 // a + b for gradients of one shape and dtype (null is zero); reuses a's memory when nothing else
 // refers to it (neither another handle to a nor a view of its storage, as a reshaped gradient is).
-inline ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
-  if (!a) return b;
-  if (!b) return a;
-  check<ShapeError>(a->shape == b->shape, "backward: gradients of shapes ", a->shape, " and ", b->shape,
-                    " meet at one tensor");
-  check(a->dtype == b->dtype, "backward: gradients of dtypes ", dtype_name(a->dtype), " and ", dtype_name(b->dtype),
-        " cannot be added");
-  ImplPtr sum = a.use_count() == 1 && a->storage.use_count() == 1 && a->is_contiguous() ? a : copy_gradient(*a);
-  const ImplPtr other = b->is_contiguous() ? b : copy_gradient(*b);
-  with_gradient_type(sum->dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = reinterpret_cast<T*>(sum->data_bytes());
-    const T* q = reinterpret_cast<const T*>(other->data_bytes());
-    for (int64_t i = 0, n = sum->numel(); i < n; ++i) p[i] = T(compute_t<T>(p[i]) + compute_t<T>(q[i]));
-  });
-  return sum;
-}
+KILN_DECL ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b);
 
 // The index of the first NaN or Inf in a gradient, or -1.
-inline int64_t first_non_finite(const TensorImpl& g) {
-  const ImplPtr dense = g.is_contiguous() ? nullptr : copy_gradient(g);
-  const TensorImpl& t = dense ? *dense : g;
-  int64_t found = -1;
-  with_gradient_type(t.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = reinterpret_cast<const T*>(t.data_bytes());
-    for (int64_t i = 0, n = t.numel(); i < n && found < 0; ++i)
-      if (!std::isfinite(double(compute_t<T>(p[i])))) found = i;
-  });
-  return found;
-}
+KILN_DECL int64_t first_non_finite(const TensorImpl& g);
 
 // A contiguous copy of g times s.
-inline ImplPtr scaled_gradient(const TensorImpl& g, double s) {
-  ImplPtr out = copy_gradient(g);
-  with_gradient_type(out->dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = reinterpret_cast<T*>(out->data_bytes());
-    for (int64_t i = 0, n = out->numel(); i < n; ++i) p[i] = T(compute_t<T>(double(compute_t<T>(p[i])) * s));
-  });
-  return out;
-}
+KILN_DECL ImplPtr scaled_gradient(const TensorImpl& g, double s);
 
 namespace detail {
 
@@ -130,7 +77,75 @@ inline std::vector<SumSegment> sum_segments(const Shape& g, const Shape& target)
 // the leading dims g has more and over the dims where target has size 1. Accumulates in double,
 // in a fixed order (the same result for any thread count). g is walked once, contiguously: runs of
 // its innermost segment are either summed into one accumulator or added onto a row of them.
-inline ImplPtr sum_to_shape(const ImplPtr& g_in, const Shape& target) {
+KILN_DECL ImplPtr sum_to_shape(const ImplPtr& g_in, const Shape& target);
+
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL void copy_elements(const TensorImpl& dst, const TensorImpl& src) {
+  LoopPlan<2> plan;
+  plan.set_shape(dst.shape);
+  plan.set_operand(0, &dst, dst.shape);
+  plan.set_operand(1, &src, dst.shape);
+  plan.coalesce();
+  const size_t es = element_size(dst.dtype);
+  const int64_t dstep = plan.step[0][plan.rank - 1];
+  cpu::for_each_row(plan, 0, plan.numel(), [&](char* d, const auto& c, int64_t j, int64_t stop) {
+    if (dstep == int64_t(es) && c.step[0] == int64_t(es)) {
+      std::memcpy(d + j * dstep, c.ptr[0] + j * c.step[0], size_t(stop - j) * es);
+      return;
+    }
+    for (; j < stop; ++j) std::memcpy(d + j * dstep, c.ptr[0] + j * c.step[0], es);
+  });
+}
+
+KILN_DECL ImplPtr copy_gradient(const TensorImpl& g) {
+  ImplPtr out = TensorImpl::allocate(g.shape, g.dtype, "backward");
+  copy_elements(*out, g);
+  return out;
+}
+
+KILN_DECL ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
+  if (!a) return b;
+  if (!b) return a;
+  check<ShapeError>(a->shape == b->shape, "backward: gradients of shapes ", a->shape, " and ", b->shape,
+                    " meet at one tensor");
+  check(a->dtype == b->dtype, "backward: gradients of dtypes ", dtype_name(a->dtype), " and ", dtype_name(b->dtype),
+        " cannot be added");
+  ImplPtr sum = a.use_count() == 1 && a->storage.use_count() == 1 && a->is_contiguous() ? a : copy_gradient(*a);
+  const ImplPtr other = b->is_contiguous() ? b : copy_gradient(*b);
+  with_gradient_type(sum->dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = reinterpret_cast<T*>(sum->data_bytes());
+    const T* q = reinterpret_cast<const T*>(other->data_bytes());
+    for (int64_t i = 0, n = sum->numel(); i < n; ++i) p[i] = T(compute_t<T>(p[i]) + compute_t<T>(q[i]));
+  });
+  return sum;
+}
+
+KILN_DECL int64_t first_non_finite(const TensorImpl& g) {
+  const ImplPtr dense = g.is_contiguous() ? nullptr : copy_gradient(g);
+  const TensorImpl& t = dense ? *dense : g;
+  int64_t found = -1;
+  with_gradient_type(t.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = reinterpret_cast<const T*>(t.data_bytes());
+    for (int64_t i = 0, n = t.numel(); i < n && found < 0; ++i)
+      if (!std::isfinite(double(compute_t<T>(p[i])))) found = i;
+  });
+  return found;
+}
+
+KILN_DECL ImplPtr scaled_gradient(const TensorImpl& g, double s) {
+  ImplPtr out = copy_gradient(g);
+  with_gradient_type(out->dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = reinterpret_cast<T*>(out->data_bytes());
+    for (int64_t i = 0, n = out->numel(); i < n; ++i) p[i] = T(compute_t<T>(double(compute_t<T>(p[i])) * s));
+  });
+  return out;
+}
+
+KILN_DECL ImplPtr sum_to_shape(const ImplPtr& g_in, const Shape& target) {
   if (g_in->shape == target) return g_in;
   const int lead = g_in->shape.size() - target.size();
   check<ShapeError>(lead >= 0, "backward: a gradient of shape ", g_in->shape, " cannot be summed to shape ", target);
@@ -171,5 +186,6 @@ inline ImplPtr sum_to_shape(const ImplPtr& g_in, const Shape& target) {
   });
   return out;
 }
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln::autograd

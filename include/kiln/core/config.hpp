@@ -11,9 +11,10 @@
 #define KILN_INLINE [[gnu::always_inline]] inline
 
 // Separate compilation (docs/design.md): a program that defines KILN_SEPARATE_COMPILATION in every translation
-// unit and includes <kiln/separate_compilation.hpp> in exactly one of them compiles the training stack's bodies
-// (the layers, losses, optimizers and the backward engine, float) once, in that one unit; the others see their
-// declarations and compile calls. Without it kiln is header-only and nothing changes.
+// unit and includes <kiln/separate_compilation.hpp> in exactly one of them compiles the runtime's bodies (storage,
+// shapes, the loop driver, the autograd engine and nodes) and the training stack's (the layers, losses and
+// optimizers, float) once, in that one unit; the others see their declarations and compile calls. Without it kiln
+// is header-only and nothing changes.
 //   KILN_DECL              marks a non-template function that the compiled part defines: inline when header-only.
 //   KILN_HEADER_DEFINITIONS is 1 where those bodies are compiled: every unit when header-only, else the one part.
 //   KILN_INSTANTIATE(decl) names a template instantiation the compiled part holds: `extern template decl;` in the

@@ -70,33 +70,13 @@ class Dims {
 using Shape = Dims;
 using Strides = Dims;
 
-inline std::ostream& operator<<(std::ostream& out, const Dims& d) {
-  out << '[';
-  for (int i = 0; i < d.size(); ++i) out << (i ? ", " : "") << d[i];
-  return out << ']';
-}
+KILN_DECL std::ostream& operator<<(std::ostream& out, const Dims& d);
 
 // Wraps a possibly negative dim index into [0, rank); throws std::out_of_range naming the op.
-inline int wrap_dim(int64_t dim, int rank, const char* op) {
-  const int64_t r = std::max(rank, 1);  // a scalar accepts dim 0 and -1, as PyTorch
-  if (dim < -r || dim >= r)
-    throw std::out_of_range(detail::cat(op, ": dim ", dim, " is out of range for a tensor of ",
-                                        rank, " dims (expected in [", -r, ", ", r - 1, "])"));
-  return int(dim < 0 ? dim + r : dim);
-}
+KILN_DECL int wrap_dim(int64_t dim, int rank, const char* op);
 
 // Number of elements; throws if a dim is negative or the count overflows int64.
-inline int64_t checked_numel(const Shape& shape, const char* op) {
-  for (int64_t s : shape) check<ShapeError>(s >= 0, op, ": negative dimension ", s, " in shape ", shape);
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;  // whatever the other dims hold
-  int64_t n = 1;
-  for (int64_t s : shape) {
-    if (n > std::numeric_limits<int64_t>::max() / s)
-      throw OutOfMemoryError(detail::cat(op, ": shape ", shape, " has more elements than int64 holds"));
-    n *= s;
-  }
-  return n;
-}
+KILN_DECL int64_t checked_numel(const Shape& shape, const char* op);
 
 inline int64_t numel_of(const Shape& shape) {
   if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;  // the others may not multiply in int64
@@ -116,7 +96,45 @@ inline Strides contiguous_strides(const Shape& shape) {
 }
 
 // NumPy broadcasting of two shapes; op names the operation in the error.
-inline Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+KILN_DECL Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// Strides that read a tensor of (shape, strides) as if it had shape `to` (0 on broadcast dims).
+inline Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shape& to) {
+  Strides out = Strides::filled(to.size(), 0);
+  const int lead = to.size() - shape.size();
+  for (int i = 0; i < shape.size(); ++i) out[lead + i] = shape[i] == 1 ? 0 : strides[i];
+  return out;
+}
+
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL std::ostream& operator<<(std::ostream& out, const Dims& d) {
+  out << '[';
+  for (int i = 0; i < d.size(); ++i) out << (i ? ", " : "") << d[i];
+  return out << ']';
+}
+
+KILN_DECL int wrap_dim(int64_t dim, int rank, const char* op) {
+  const int64_t r = std::max(rank, 1);  // a scalar accepts dim 0 and -1, as PyTorch
+  if (dim < -r || dim >= r)
+    throw std::out_of_range(detail::cat(op, ": dim ", dim, " is out of range for a tensor of ",
+                                        rank, " dims (expected in [", -r, ", ", r - 1, "])"));
+  return int(dim < 0 ? dim + r : dim);
+}
+
+KILN_DECL int64_t checked_numel(const Shape& shape, const char* op) {
+  for (int64_t s : shape) check<ShapeError>(s >= 0, op, ": negative dimension ", s, " in shape ", shape);
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;  // whatever the other dims hold
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    if (n > std::numeric_limits<int64_t>::max() / s)
+      throw OutOfMemoryError(detail::cat(op, ": shape ", shape, " has more elements than int64 holds"));
+    n *= s;
+  }
+  return n;
+}
+
+KILN_DECL Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   const int rank = std::max(a.size(), b.size());
   Shape out = Shape::filled(rank, 1);
   for (int i = 0; i < rank; ++i) {
@@ -128,13 +146,6 @@ inline Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   }
   return out;
 }
-
-// Strides that read a tensor of (shape, strides) as if it had shape `to` (0 on broadcast dims).
-inline Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shape& to) {
-  Strides out = Strides::filled(to.size(), 0);
-  const int lead = to.size() - shape.size();
-  for (int i = 0; i < shape.size(); ++i) out[lead + i] = shape[i] == 1 ? 0 : strides[i];
-  return out;
-}
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln

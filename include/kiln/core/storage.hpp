@@ -15,6 +15,7 @@
 #include <new>
 #include <vector>
 
+#include "kiln/core/config.hpp"
 #include "kiln/core/error.hpp"
 
 namespace kiln {
@@ -57,53 +58,11 @@ class CpuCachingAllocator {
     return p * 2;
   }
 
-  void* allocate(size_t nbytes, size_t& block) {
-    block = size_class(nbytes);
-    allocations_.fetch_add(1, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.find(block);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        cached_ -= block;
-        cache_hits_.fetch_add(1, std::memory_order_relaxed);
-        note_in_use(block);
-        return p;
-      }
-    }
-    void* p = ::operator new(block, std::align_val_t(kAlignment), std::nothrow);
-    if (!p) {
-      empty_cache();
-      p = ::operator new(block, std::align_val_t(kAlignment), std::nothrow);
-    }
-    if (!p)
-      throw OutOfMemoryError(detail::cat("kiln: cannot allocate ", nbytes, " bytes on the CPU (",
-                                         stats().bytes_in_use, " bytes in use)"));
-    system_allocations_.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mutex_);
-    note_in_use(block);
-    return p;
-  }
+  KILN_DECL void* allocate(size_t nbytes, size_t& block);
 
-  void release(void* p, size_t block) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    in_use_ -= block;
-    if (cached_ + block > cache_limit_) {
-      ::operator delete(p, std::align_val_t(kAlignment));
-      return;
-    }
-    free_[block].push_back(p);
-    cached_ += block;
-  }
+  KILN_DECL void release(void* p, size_t block);
 
-  void empty_cache() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) ::operator delete(p, std::align_val_t(kAlignment));
-    free_.clear();
-    cached_ = 0;
-  }
+  KILN_DECL void empty_cache();
 
   void set_cache_limit(size_t bytes) {
     cache_limit_ = bytes;
@@ -143,20 +102,12 @@ inline void set_cache_limit(size_t bytes) { detail::CpuCachingAllocator::instanc
 class Storage {
  public:
   // Allocates nbytes (uninitialized). Throws OutOfMemoryError before anything is written.
-  explicit Storage(size_t nbytes) : nbytes_(nbytes) {
-    if (nbytes > 0) data_ = detail::CpuCachingAllocator::instance().allocate(nbytes, block_);
-  }
+  explicit KILN_DECL Storage(size_t nbytes);
   Storage(void* user_data, size_t nbytes, std::function<void(void*)> deleter)
       : data_(user_data), nbytes_(nbytes), deleter_(std::move(deleter)), borrowed_(true) {}
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  ~Storage() {
-    if (borrowed_) {
-      if (deleter_) deleter_(data_);
-    } else if (data_) {
-      detail::CpuCachingAllocator::instance().release(data_, block_);
-    }
-  }
+  KILN_DECL ~Storage();
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
@@ -165,15 +116,7 @@ class Storage {
   // storage has none (it stays 0), so it may be written in place only inside InferenceMode, where nothing
   // can have saved it for a backward.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
-  void bump_version() {
-    if (inference_) {
-      check<std::logic_error>(detail::inference_mode_flag(),
-                              "in-place update of an inference tensor (made under InferenceMode) outside InferenceMode "
-                              "is not allowed; clone() it to get a normal tensor");
-      return;
-    }
-    version_.fetch_add(1, std::memory_order_acq_rel);
-  }
+  KILN_DECL void bump_version();
   bool is_inference() const { return inference_; }
 
  private:
@@ -184,5 +127,78 @@ class Storage {
   bool inference_ = detail::inference_mode_flag();
   std::atomic<uint64_t> version_{0};
 };
+
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL void* detail::CpuCachingAllocator::allocate(size_t nbytes, size_t& block) {
+  block = size_class(nbytes);
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(block);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_ -= block;
+      cache_hits_.fetch_add(1, std::memory_order_relaxed);
+      note_in_use(block);
+      return p;
+    }
+  }
+  void* p = ::operator new(block, std::align_val_t(kAlignment), std::nothrow);
+  if (!p) {
+    empty_cache();
+    p = ::operator new(block, std::align_val_t(kAlignment), std::nothrow);
+  }
+  if (!p)
+    throw OutOfMemoryError(detail::cat("kiln: cannot allocate ", nbytes, " bytes on the CPU (",
+                                       stats().bytes_in_use, " bytes in use)"));
+  system_allocations_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  note_in_use(block);
+  return p;
+}
+
+KILN_DECL void detail::CpuCachingAllocator::release(void* p, size_t block) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  in_use_ -= block;
+  if (cached_ + block > cache_limit_) {
+    ::operator delete(p, std::align_val_t(kAlignment));
+    return;
+  }
+  free_[block].push_back(p);
+  cached_ += block;
+}
+
+KILN_DECL void detail::CpuCachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, blocks] : free_)
+    for (void* p : blocks) ::operator delete(p, std::align_val_t(kAlignment));
+  free_.clear();
+  cached_ = 0;
+}
+
+KILN_DECL Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
+  if (nbytes > 0) data_ = detail::CpuCachingAllocator::instance().allocate(nbytes, block_);
+}
+
+KILN_DECL Storage::~Storage() {
+  if (borrowed_) {
+    if (deleter_) deleter_(data_);
+  } else if (data_) {
+    detail::CpuCachingAllocator::instance().release(data_, block_);
+  }
+}
+
+KILN_DECL void Storage::bump_version() {
+  if (inference_) {
+    check<std::logic_error>(detail::inference_mode_flag(),
+                            "in-place update of an inference tensor (made under InferenceMode) outside InferenceMode "
+                            "is not allowed; clone() it to get a normal tensor");
+    return;
+  }
+  version_.fetch_add(1, std::memory_order_acq_rel);
+}
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln

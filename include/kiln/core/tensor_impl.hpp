@@ -4,6 +4,7 @@
 // expressions all hold a std::shared_ptr<TensorImpl>.
 #include <memory>
 
+#include "kiln/core/config.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/shape.hpp"
 #include "kiln/core/storage.hpp"
@@ -40,29 +41,37 @@ struct TensorImpl {
   uint64_t version() const { return storage->version(); }
 
   // A fresh contiguous tensor of this shape and dtype (uninitialized).
-  static std::shared_ptr<TensorImpl> allocate(const Shape& shape, ScalarType dtype, const char* op) {
-    const int64_t n = checked_numel(shape, op);
-    const size_t esize = element_size(dtype);
-    if (n > int64_t(std::numeric_limits<int64_t>::max() / int64_t(esize)))
-      throw OutOfMemoryError(detail::cat(op, ": shape ", shape, " needs more bytes than int64 holds"));
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = std::make_shared<Storage>(size_t(n) * esize);
-    impl->shape = shape;
-    impl->strides = contiguous_strides(shape);
-    impl->dtype = dtype;
-    return impl;
-  }
+  KILN_DECL static std::shared_ptr<TensorImpl> allocate(const Shape& shape, ScalarType dtype, const char* op);
 
   // A new impl sharing this storage with another layout.
-  std::shared_ptr<TensorImpl> view_as(const Shape& new_shape, const Strides& new_strides, int64_t new_offset) const {
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = storage;
-    impl->shape = new_shape;
-    impl->strides = new_strides;
-    impl->offset = new_offset;
-    impl->dtype = dtype;
-    return impl;
-  }
+  KILN_DECL std::shared_ptr<TensorImpl> view_as(const Shape& new_shape, const Strides& new_strides,
+                                                int64_t new_offset) const;
 };
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL std::shared_ptr<TensorImpl> TensorImpl::allocate(const Shape& shape, ScalarType dtype, const char* op) {
+  const int64_t n = checked_numel(shape, op);
+  const size_t esize = element_size(dtype);
+  if (n > int64_t(std::numeric_limits<int64_t>::max() / int64_t(esize)))
+    throw OutOfMemoryError(detail::cat(op, ": shape ", shape, " needs more bytes than int64 holds"));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(size_t(n) * esize);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return impl;
+}
+
+KILN_DECL std::shared_ptr<TensorImpl> TensorImpl::view_as(const Shape& new_shape, const Strides& new_strides,
+                                                          int64_t new_offset) const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = storage;
+  impl->shape = new_shape;
+  impl->strides = new_strides;
+  impl->offset = new_offset;
+  impl->dtype = dtype;
+  return impl;
+}
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln

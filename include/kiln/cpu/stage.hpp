@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/config.hpp"
 #include "kiln/cpu/loop_plan.hpp"
 #include "kiln/cpu/parallel.hpp"
 
@@ -157,7 +158,31 @@ void with_number_type(ScalarType t, F&& f) {
 
 // n elements from src (dtype `from`, byte step sstep) to dst (dtype `to`, byte step dstep). The
 // pairs a kernel needs: the same dtype, bfloat16 <-> float, float16 <-> float, and bool <-> a number.
-inline void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, const char* src, int64_t sstep,
+KILN_DECL void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, const char* src, int64_t sstep,
+                    int64_t n);
+
+// This thread's staging memory, at least `bytes`, 64-byte aligned; reused across calls.
+KILN_DECL char* stage_memory(size_t bytes);
+
+// Runs the kernel over n elements: operand k < nops starts at at[k] with byte step step[k].
+KILN_DECL void run_segment(const KernelDesc& kernel, const void* context, const OperandType* types, int nops,
+                        char* const* at, const int64_t* step, int64_t n);
+
+// Runs the kernel over a plan's whole iteration space, rows split over threads; cost is the kernel's
+// work per element (for the threading threshold). Compiled once, whatever the operand count.
+KILN_DECL void run_plan(int rank, const int64_t* shape, int nops, char* const* base, const int64_t (*step)[kMaxRank],
+                     const OperandType* types, const KernelDesc& kernel, const void* context, int64_t cost);
+
+template <int NOps>
+void run_plan(const LoopPlan<NOps>& plan, const OperandType* types, const KernelDesc& kernel, const void* context,
+              int64_t cost) {
+  static_assert(NOps <= kMaxOperands, "kiln: too many operands for one kernel");
+  run_plan(plan.rank, plan.shape, NOps, plan.base, plan.step, types, kernel, context, cost);
+}
+
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, const char* src, int64_t sstep,
                     int64_t n) {
   using detail::convert_run;
   if (to == from) {
@@ -181,16 +206,14 @@ inline void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, co
   throw std::logic_error("kiln: internal error: no staged conversion between these dtypes");
 }
 
-// This thread's staging memory, at least `bytes`, 64-byte aligned; reused across calls.
-inline char* stage_memory(size_t bytes) {
+KILN_DECL char* stage_memory(size_t bytes) {
   thread_local std::vector<char> memory;
   if (memory.size() < bytes + 64) memory.resize(bytes + 64);
   const auto p = reinterpret_cast<uintptr_t>(memory.data());
   return memory.data() + ((64 - p % 64) % 64);
 }
 
-// Runs the kernel over n elements: operand k < nops starts at at[k] with byte step step[k].
-inline void run_segment(const KernelDesc& kernel, const void* context, const OperandType* types, int nops,
+KILN_DECL void run_segment(const KernelDesc& kernel, const void* context, const OperandType* types, int nops,
                         char* const* at, const int64_t* step, int64_t n) {
   bool direct[kMaxOperands];
   int staged = 0;
@@ -232,9 +255,7 @@ inline void run_segment(const KernelDesc& kernel, const void* context, const Ope
   }
 }
 
-// Runs the kernel over a plan's whole iteration space, rows split over threads; cost is the kernel's
-// work per element (for the threading threshold). Compiled once, whatever the operand count.
-inline void run_plan(int rank, const int64_t* shape, int nops, char* const* base, const int64_t (*step)[kMaxRank],
+KILN_DECL void run_plan(int rank, const int64_t* shape, int nops, char* const* base, const int64_t (*step)[kMaxRank],
                      const OperandType* types, const KernelDesc& kernel, const void* context, int64_t cost) {
   int64_t total = 1;
   for (int i = 0; i < rank; ++i) total *= shape[i];
@@ -250,12 +271,6 @@ inline void run_plan(int rank, const int64_t* shape, int nops, char* const* base
     });
   });
 }
-
-template <int NOps>
-void run_plan(const LoopPlan<NOps>& plan, const OperandType* types, const KernelDesc& kernel, const void* context,
-              int64_t cost) {
-  static_assert(NOps <= kMaxOperands, "kiln: too many operands for one kernel");
-  run_plan(plan.rank, plan.shape, NOps, plan.base, plan.step, types, kernel, context, cost);
-}
+#endif  // KILN_HEADER_DEFINITIONS
 
 }  // namespace kiln::cpu
