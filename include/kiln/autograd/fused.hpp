@@ -184,7 +184,8 @@ void simd_backward_kernel(const void* context, char* const* ptr, int64_t n) {
     GradientSums<N, hn::Vec<decltype(d)>> sums;
     for (auto& a : sums.adj) a = hn::Zero(d);  // (for leaves no gradient reaches; the compiler drops the rest)
     tape_backward<1>(e, sweep, tape, hn::LoadU(d, reinterpret_cast<const L*>(p[0]) + j), sums);
-    sums.store(p + N + 1, later, [&](auto, char* buffer, const auto& v) { hn::StoreU(v, d, reinterpret_cast<L*>(buffer) + j); });
+    sums.store(p + N + 1, later,
+               [&](auto, char* buffer, const auto& v) { hn::StoreU(v, d, reinterpret_cast<L*>(buffer) + j); });
   }
 }
 

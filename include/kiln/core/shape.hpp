@@ -106,7 +106,6 @@ inline Strides broadcast_strides(const Shape& shape, const Strides& strides, con
   return out;
 }
 
-
 #if KILN_HEADER_DEFINITIONS
 KILN_DECL std::ostream& operator<<(std::ostream& out, const Dims& d) {
   out << '[';

@@ -159,19 +159,19 @@ void with_number_type(ScalarType t, F&& f) {
 // n elements from src (dtype `from`, byte step sstep) to dst (dtype `to`, byte step dstep). The
 // pairs a kernel needs: the same dtype, bfloat16 <-> float, float16 <-> float, and bool <-> a number.
 KILN_DECL void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, const char* src, int64_t sstep,
-                    int64_t n);
+                       int64_t n);
 
 // This thread's staging memory, at least `bytes`, 64-byte aligned; reused across calls.
 KILN_DECL char* stage_memory(size_t bytes);
 
 // Runs the kernel over n elements: operand k < nops starts at at[k] with byte step step[k].
 KILN_DECL void run_segment(const KernelDesc& kernel, const void* context, const OperandType* types, int nops,
-                        char* const* at, const int64_t* step, int64_t n);
+                           char* const* at, const int64_t* step, int64_t n);
 
 // Runs the kernel over a plan's whole iteration space, rows split over threads; cost is the kernel's
 // work per element (for the threading threshold). Compiled once, whatever the operand count.
 KILN_DECL void run_plan(int rank, const int64_t* shape, int nops, char* const* base, const int64_t (*step)[kMaxRank],
-                     const OperandType* types, const KernelDesc& kernel, const void* context, int64_t cost);
+                        const OperandType* types, const KernelDesc& kernel, const void* context, int64_t cost);
 
 template <int NOps>
 void run_plan(const LoopPlan<NOps>& plan, const OperandType* types, const KernelDesc& kernel, const void* context,
@@ -180,10 +180,9 @@ void run_plan(const LoopPlan<NOps>& plan, const OperandType* types, const Kernel
   run_plan(plan.rank, plan.shape, NOps, plan.base, plan.step, types, kernel, context, cost);
 }
 
-
 #if KILN_HEADER_DEFINITIONS
 KILN_DECL void convert(ScalarType to, char* dst, int64_t dstep, ScalarType from, const char* src, int64_t sstep,
-                    int64_t n) {
+                       int64_t n) {
   using detail::convert_run;
   if (to == from) {
     switch (element_size(to)) {
@@ -214,7 +213,7 @@ KILN_DECL char* stage_memory(size_t bytes) {
 }
 
 KILN_DECL void run_segment(const KernelDesc& kernel, const void* context, const OperandType* types, int nops,
-                        char* const* at, const int64_t* step, int64_t n) {
+                           char* const* at, const int64_t* step, int64_t n) {
   bool direct[kMaxOperands];
   int staged = 0;
   for (int k = 0; k < nops; ++k) {
@@ -256,7 +255,7 @@ KILN_DECL void run_segment(const KernelDesc& kernel, const void* context, const 
 }
 
 KILN_DECL void run_plan(int rank, const int64_t* shape, int nops, char* const* base, const int64_t (*step)[kMaxRank],
-                     const OperandType* types, const KernelDesc& kernel, const void* context, int64_t cost) {
+                        const OperandType* types, const KernelDesc& kernel, const void* context, int64_t cost) {
   int64_t total = 1;
   for (int i = 0; i < rank; ++i) total *= shape[i];
   parallel_for(total, cost, 64, [&](int64_t begin, int64_t end) {
