@@ -25,9 +25,9 @@ struct FusedNode : Node {
 
  protected:
   virtual void describe(std::ostream& out) const = 0;
-  // Writes to buffers[k] (null: none) the gradient of the tensor that is leaf k (of the expression's shape): the
-  // sum of the adjoints of the leaves j with owner[j] == k.
-  virtual void run_kernel(const TensorImpl& g, const GradList& buffers, const int* owner) const = 0;
+  // Writes to buffers[k] (null: none) the gradient of the tensor that is leaf k (of the expression's shape): leaf
+  // k's adjoint plus those of the later leaves in later[k] (bit j: leaf j), the same tensor.
+  virtual void run_kernel(const TensorImpl& g, const GradList& buffers, const uint64_t* later) const = 0;
 
   // The kernel's plan: operand 0 the incoming gradient, 1..N the leaves, N+1..2N the buffers, then the saved
   // output where the kernel reads the root's value from it (kOutput).
@@ -47,7 +47,8 @@ struct FusedNode : Node {
 
   struct SavedLeaf {
     SavedTensor tensor;
-    int owner;  // the leaf whose gradient buffer gets this leaf's adjoint
+    bool owns_buffer;  // the tensor's first leaf with a gradient: its buffer gets the adjoints of all of them
+    uint64_t later;    // for an owner, the later leaves that are the same tensor (bit j: leaf j)
   };
   std::vector<SavedLeaf> leaves_;
   SavedTensor output_;  // the materialized output, where the root's derivative reads it (FusedBackward<E, true>)
@@ -118,7 +119,7 @@ struct root_from_output<Map<Op, A...>> {
 template <class E>
 struct BackwardContext {
   const E* expr;
-  const int* owner;  // per leaf: the leaf whose gradient array gets its adjoint (FusedNode::run_kernel)
+  const uint64_t* later;  // per leaf: the later leaves whose adjoints its gradient array also gets (FusedNode)
 };
 
 }  // namespace kiln::autograd
@@ -127,19 +128,9 @@ HWY_BEFORE_NAMESPACE();
 namespace kiln {
 namespace HWY_NAMESPACE {
 
-// For each leaf k, the later leaves whose adjoints go to k's gradient buffer (bit j: leaf j; owner[j] == k).
-template <int N>
-std::array<uint64_t, N> later_leaves(const int* owner) {
-  static_assert(N <= 64, "kiln: a backward kernel takes at most 64 leaves");
-  std::array<uint64_t, N> later{};
-  for (int j = 0; j < N; ++j)
-    if (const int k = owner[j]; unsigned(k) < unsigned(j)) later[k] |= uint64_t(1) << j;  // (k < j by design)
-  return later;
-}
-
 // Collects the leaves' adjoints at one position (a SIMD vector or one element) and stores them: leaf k's
 // gradient array (buffer[k], null: not needed) gets its own adjoint plus those of the later leaves that are the
-// same tensor (later_leaves). Summed in registers, so a tensor that is several leaves (x * w + x) is written once.
+// same tensor (bit j of later[k]). Summed in registers, so a tensor that is several leaves (x * w + x) is written once.
 template <int N, class V>
 struct GradientSums {
   V adj[N];
@@ -148,7 +139,7 @@ struct GradientSums {
     if constexpr (is_floating_v<T>) adj[I - 1] = V(a);
   }
   template <class Store>
-  HWY_INLINE void store(char* const* buffer, const std::array<uint64_t, N>& later, Store&& store_at) const {
+  HWY_INLINE void store(char* const* buffer, const uint64_t* later, Store&& store_at) const {
     [&]<int... K>(std::integer_sequence<int, K...>) {
       const auto one = [&](auto k_constant) {
         constexpr int k = decltype(k_constant)::value;
@@ -174,7 +165,8 @@ void simd_backward_kernel(const void* context, char* const* ptr, int64_t n) {
   // Local copies the compiler can keep in registers across the stores.
   char* p[2 * N + 1 + kOutput];
   for (int k = 0; k <= 2 * N + kOutput; ++k) p[k] = ptr[k];
-  const auto later = later_leaves<N>(ctx.owner);
+  uint64_t later[N];
+  for (int k = 0; k < N; ++k) later[k] = ctx.later[k];
   for (int64_t j = 0; j < n; j += int64_t(hn::Lanes(d))) {
     const SimdSweep<decltype(d)> sweep{d, p, j};
     const auto tape = [&] {
@@ -203,7 +195,6 @@ void scalar_backward_kernel(const void* context, char* const* ptr, int64_t n) {
   const E& e = *ctx.expr;
   using G = compute_t<typename E::value_type>;
   constexpr int N = leaf_count_v<E>;
-  const auto later = kiln::HWY_NAMESPACE::later_leaves<N>(ctx.owner);
   for (int64_t j = 0; j < n; ++j) {
     const kiln::HWY_NAMESPACE::ScalarSweep sweep{ptr, j};
     const auto tape = [&] {
@@ -213,7 +204,7 @@ void scalar_backward_kernel(const void* context, char* const* ptr, int64_t n) {
     // (Adjoints in double: every floating dtype's compute type converts to it and back exactly.)
     kiln::HWY_NAMESPACE::GradientSums<N, double> sums{};
     kiln::HWY_NAMESPACE::tape_backward<1>(e, sweep, tape, reinterpret_cast<const G*>(ptr[0])[j], sums);
-    sums.store(ptr + N + 1, later, [&](auto k, char* buffer, double v) {
+    sums.store(ptr + N + 1, ctx.later, [&](auto k, char* buffer, double v) {
       if constexpr (cpu::kernel_dtype<E>(leaf_dtypes<E>::value[k]) == ScalarType::Double)
         reinterpret_cast<double*>(buffer)[j] = v;
       else
@@ -264,14 +255,14 @@ struct FusedBackward final : FusedNode {
     detail::describe(out, expr_, leaf);
   }
 
-  void run_kernel(const TensorImpl& g, const GradList& buffers, const int* owner) const override {
+  void run_kernel(const TensorImpl& g, const GradList& buffers, const uint64_t* later) const override {
     static constexpr auto types = detail::backward_operands<E, kOutput>();
     cpu::KernelDesc kernel;
     if constexpr (cpu::is_simd_v<E>)
       kernel = {&kiln::HWY_NAMESPACE::simd_backward_kernel<E, kOutput>, kiln::HWY_NAMESPACE::simd_lanes<E>()};
     else
       kernel = {&detail::scalar_backward_kernel<E, kOutput>, 1};
-    const BackwardContext<E> context{&expr_, owner};
+    const BackwardContext<E> context{&expr_, later};
     cpu::run_plan(backward_plan<N, kOutput>(g, buffers), types.data(), kernel, &context,
                   3 * tree_traits<E>::cost + 2 * N + 1);
   }
@@ -307,7 +298,6 @@ void record_fused(const E& e, const ImplPtr& out, const Shape& expr_shape, const
   meta.output_nr = 0;
 }
 
-
 #if KILN_HEADER_DEFINITIONS
 KILN_DECL FusedNode::FusedNode(const ImplPtr* const* leaves, size_t n, const bool* reaches, Shape shape,
                                Shape expanded, std::string kind, double scale)
@@ -329,9 +319,11 @@ KILN_DECL FusedNode::FusedNode(const ImplPtr* const* leaves, size_t n, const boo
       }
     if (!reaches[k]) next_edges.emplace_back();
     else next_edges.push_back(same_grad < k ? next_edges[same_grad] : gradient_edge(leaf));
-    // It also gets one buffer, where its first leaf with a gradient stores the sum of all of their adjoints.
-    const int owner = next_edges[k].valid() ? int(same_grad) : int(k);
-    leaves_.push_back({same < k ? leaves_[same].tensor : SavedTensor::input(leaf), owner});
+    // It also gets one buffer, where its first leaf with a gradient stores the sum of all of their adjoints (at most
+    // 64 leaves: run_plan's operand bound).
+    const bool owns_buffer = next_edges[k].valid() && same_grad == k;
+    if (next_edges[k].valid() && same_grad < k) leaves_[same_grad].later |= uint64_t(1) << k;
+    leaves_.push_back({same < k ? leaves_[same].tensor : SavedTensor::input(leaf), owns_buffer, 0});
   }
 }
 
@@ -359,15 +351,14 @@ KILN_DECL GradList FusedNode::apply(GradList&& grads) {
   if (g->shape != grad_shape_) g = g->view_as(grad_shape_, contiguous_strides(grad_shape_), g->offset);
   if (scale_ != 1) g = scaled_gradient(*g, scale_);
   // One gradient buffer of the expression's shape per tensor that needs one, written by the kernel once:
-  // leaf k's adjoint plus those of the later leaves that are the same tensor (leaves_[j].owner == k).
+  // leaf k's adjoint plus those of the later leaves that are the same tensor (leaves_[k].later).
   GradList buffers(n);
-  int owner[kMaxOperands];
+  uint64_t later[kMaxOperands];
   for (size_t k = 0; k < n; ++k) {
-    owner[k] = leaves_[k].owner;
-    if (next_edges[k].valid() && owner[k] == int(k))
-      buffers[k] = TensorImpl::allocate(shape_, leaves_[k].tensor.impl->dtype, "backward");
+    later[k] = leaves_[k].later;
+    if (leaves_[k].owns_buffer) buffers[k] = TensorImpl::allocate(shape_, leaves_[k].tensor.impl->dtype, "backward");
   }
-  if (numel_of(shape_) > 0) run_kernel(*g, buffers, owner);
+  if (numel_of(shape_) > 0) run_kernel(*g, buffers, later);
   // A broadcast leaf's gradient is summed to its shape.
   for (size_t k = 0; k < n; ++k)
     if (buffers[k]) buffers[k] = sum_to_shape(buffers[k], leaves_[k].tensor.impl->shape);
