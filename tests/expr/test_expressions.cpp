@@ -128,6 +128,29 @@ TEST_CASE("in-place forms are correct when destination and sources overlap") {
   CHECK(w.data_ptr()[5] == 10);
 }
 
+// A run whose length is not a multiple of the vector recomputes its last full vector in place of staging the tail
+// (cpu/stage.hpp), except where an output shares memory with an operand: there each element must still be updated
+// exactly once.
+TEST_CASE("every tail length: fresh outputs and in-place updates apply each element once") {
+  const int64_t lanes = int64_t(simd_float_lanes());
+  for (int64_t n = 1; n <= 3 * lanes + 1; ++n) {
+    INFO("length ", n);
+    Tensor<float> x = iota({n}, 1), y = iota({n}, 0.5f, 0.25f);
+    const Tensor<float> fresh = Tensor<float>(x * y + 1);
+    Tensor<float> doubled = x.clone();
+    doubled += doubled;
+    Tensor<float> m = x.clone(), p = y.clone();
+    eval_all({&m, &p}, m * 0.5f + y, p - m);  // each output is also a leaf at its own position
+    for (int64_t i = 0; i < n; ++i) {
+      const float xi = 1 + float(i), yi = 0.5f + 0.25f * float(i);
+      CHECK(fresh.data_ptr()[i] == xi * yi + 1);
+      CHECK(doubled.data_ptr()[i] == 2 * xi);
+      CHECK(m.data_ptr()[i] == xi * 0.5f + yi);
+      CHECK(p.data_ptr()[i] == yi - xi);
+    }
+  }
+}
+
 TEST_CASE("an expression keeps its temporaries alive") {
   Tensor<float> a = iota({5, 7});
   auto e = a * 2 + make_temporary();  // the temporary dies at the end of this statement
