@@ -1,6 +1,8 @@
 // autograd::grad and custom Functions.
 #include <doctest/doctest.h>
 
+#include <functional>
+
 #include "kiln/autograd/function.hpp"
 #include "kiln/autograd/gradcheck.hpp"
 #include "kiln/tensor/random.hpp"
@@ -222,6 +224,46 @@ TEST_CASE("the gradient of a permuted or transposed whole tensor is laid back ou
   sum(m.t() * v * 2.0).backward();
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t j = 0; j < 5; ++j) CHECK(m.grad()[i][j].item() == 2 * v[j][i].item());
+}
+
+// Two elements of an expanded tensor share one address: a view of it must route each gradient to its own element,
+// not to the memory they share (which counted every gradient once per copy). Expected values: PyTorch 2.15 on the
+// same inputs (sum(view * arange) for a = [1, 2, 3]).
+TEST_CASE("views of an expanded tensor send each element's gradient to that element") {
+  struct Case {
+    const char* name;
+    std::function<Tensor<float>(const Tensor<float>&)> view;
+    std::vector<float> expect;
+  };
+  const std::vector<Case> cases = {
+      {"expand, unsqueeze", [](const Tensor<float>& a) { return a.unsqueeze(0).expand({4, 3}).unsqueeze(-1); }, {18, 22, 26}},
+      {"expand, t", [](const Tensor<float>& a) { return a.unsqueeze(0).expand({4, 3}).t(); }, {6, 22, 38}},
+      {"expand, narrow", [](const Tensor<float>& a) { return a.unsqueeze(0).expand({4, 3}).narrow(0, 0, 2); }, {3, 5, 7}},
+      {"expand, select", [](const Tensor<float>& a) { return a.unsqueeze(0).expand({4, 3}).select(0, 1); }, {0, 1, 2}},
+      {"expand, view", [](const Tensor<float>& a) { return a.view({1, 3}).expand({4, 3}).view({4, 3, 1}); }, {18, 22, 26}},
+      {"expand, expand", [](const Tensor<float>& a) { return a.view({1, 3}).expand({4, 3}).unsqueeze(0).expand({2, 4, 3}); },
+       {84, 92, 100}},
+      {"expand twice", [](const Tensor<float>& a) { return a.view({3, 1}).expand({3, 5}).unsqueeze(1).expand({3, 2, 5}); },
+       {45, 145, 245}},
+      {"expand, permute, strided slice",
+       [](const Tensor<float>& a) { return a.view({3, 1}).expand({3, 4}).permute({1, 0}).slice(0, 1, 4, 2); }, {3, 5, 7}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    Tensor<float> a = tensor<float>({1, 2, 3}).requires_grad_();
+    const Tensor<float> v = c.view(a);
+    sum(v * arange<float>(0, double(v.numel())).view(v.shape())).backward();
+    CHECK(a.grad().to_vector() == c.expect);
+  }
+  // The expanded tensor's own gradient, seen by a hook, is per element too (PyTorch: e.grad = arange(12).view(4, 3)).
+  Tensor<float> a = tensor<float>({1, 2, 3}).requires_grad_();
+  const Tensor<float> e = a.unsqueeze(0).expand({4, 3});
+  std::vector<float> seen;
+  e.register_hook([&](const Tensor<float>& g) { seen = g.contiguous().to_vector(); });
+  sum(e.unsqueeze(-1) * arange<float>(0, 12).view({4, 3, 1})).backward();
+  std::vector<float> expect(12);
+  for (int i = 0; i < 12; ++i) expect[size_t(i)] = float(i);
+  CHECK(seen == expect);
 }
 
 TEST_CASE("InferenceMode: no graph, inference tensors without version counting, and their limits outside it") {

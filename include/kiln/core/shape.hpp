@@ -95,6 +95,13 @@ inline Strides contiguous_strides(const Shape& shape) {
   return st;
 }
 
+// Where a view's elements are: shape, strides and offset in elements.
+struct ViewLayout {
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;
+};
+
 // NumPy broadcasting of two shapes; op names the operation in the error.
 KILN_DECL Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 

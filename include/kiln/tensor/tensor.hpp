@@ -29,7 +29,8 @@ bool needs_graph(const E& e);
 template <class E, bool kMaterialized>
 void record_fused(const E& e, const std::shared_ptr<TensorImpl>& out, const Shape& expr_shape,
                   const Shape& expanded_grad_shape, const char* kind, double scale);
-void record_view(const std::shared_ptr<TensorImpl>& base, const std::shared_ptr<TensorImpl>& view, const char* kind);
+void record_view(const std::shared_ptr<TensorImpl>& base, const std::shared_ptr<TensorImpl>& view, const char* kind,
+                 const ViewLayout& in_base);
 }  // namespace autograd
 
 namespace detail {
@@ -185,13 +186,17 @@ class Tensor {
     if (!impl_) throw std::logic_error("kiln: the tensor is undefined (default-constructed)");
     return impl_;
   }
-  // A view of this tensor's storage; when this tensor requires grad, the view records a node
-  // (kind names it, e.g. "TransposeBackward") that routes its gradient back (autograd/view_backward.hpp).
-  Tensor with_layout(const char* kind, const Shape& s, const Strides& st, int64_t offset) const {
-    Tensor v(impl_->view_as(s, st, offset));
+  // A view of this tensor's storage, laid out as layout(shape, strides, offset) maps this tensor's layout. When this
+  // tensor requires grad, the view records a node (kind names it, e.g. "TransposeBackward") that routes its gradient
+  // back (autograd/view_backward.hpp), told where the view's elements are among this tensor's: the same function
+  // applied to a contiguous tensor of this shape. (Memory cannot tell: two elements of an expanded tensor share one.)
+  template <class MakeLayout>
+  Tensor with_layout(const char* kind, const MakeLayout& layout) const {
+    const ViewLayout l = layout(shape(), strides(), storage_offset());
+    Tensor v(impl_->view_as(l.shape, l.strides, l.offset));
     if constexpr (is_floating_v<T>) {
       if (GradMode::is_enabled() && autograd::requires_grad(*impl_))
-        autograd::record_view(impl_, v.impl_, kind);
+        autograd::record_view(impl_, v.impl_, kind, layout(shape(), contiguous_strides(shape()), int64_t(0)));
     }
     return v;
   }
@@ -282,12 +287,23 @@ inline bool overlaps_unsafely(const TensorImpl& leaf, const TensorImpl& dst) {
   return false;
 }
 
+// An in-place destination where several elements are one memory location (a dim of size > 1 and stride 0, as
+// expand makes) has no defined result: `e += 1` would add once per alias. torch refuses it too.
+inline void check_no_internal_overlap(const TensorImpl& dst, const char* op) {
+  for (int i = 0; i < dst.shape.size(); ++i)
+    check<std::logic_error>(dst.shape[i] <= 1 || dst.strides[i] != 0, op, ": the destination of shape ", dst.shape,
+                            " and strides ", dst.strides, " has more than one element at a single memory location (",
+                            "as an expanded view does); clone() it before writing in place");
+}
+
 // dst = expr (broadcast to dst's shape), in place; bumps dst's version.
 std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<TensorImpl>& dst, const char* op) {
   const Shape src_shape = expr.shape();
   if (broadcast_shapes(src_shape, dst->shape, op) != dst->shape)
     throw ShapeError(cat(op, ": source of shape ", src_shape, " cannot be broadcast to the destination's shape ", dst->shape));
   check_versions(expr);
+  // Writing one value everywhere (fill_, zero_) is defined on an expanded view, and torch allows it.
+  if constexpr (leaf_count_v<std::remove_cvref_t<decltype(expr)>> > 0) check_no_internal_overlap(*dst, op);
   if (autograd::needs_graph(expr) || (GradMode::is_enabled() && autograd::requires_grad(*dst)))
     throw std::logic_error(cat(op, ": in-place writes to or from tensors that require grad are not recorded; ",
                                "write `t = expr` to get a new tensor, or use a kiln::NoGradGuard"));
@@ -331,6 +347,7 @@ void eval_all(std::initializer_list<Tensor<T>*> outs, const E&... exprs) {
     raw[k] = dst[k].get();
     check<ShapeError>(!dst[k] || dst[k]->shape == dst[0]->shape, "eval_all: output ", k, " has shape ",
                       dst[k] ? dst[k]->shape : Shape{}, ", output 0 ", dst[0]->shape);
+    if (dst[k]) detail::check_no_internal_overlap(*dst[k], "eval_all");
     ++k;
   }
   const auto nodes = std::make_tuple(detail::to_node<T>(exprs)...);

@@ -62,6 +62,20 @@ inline bool view_strides(const Shape& shape, const Strides& strides, const Shape
 
 }  // namespace detail
 
+// Each view checks its arguments against this tensor's shape, then gives with_layout the function from a layout of
+// that shape to the view's (tensor.hpp: autograd also applies it to a contiguous layout).
+
+namespace detail {
+// The layout function of view(new_shape) and of reshape's views; the caller has checked that the strides allow it.
+inline auto reshaped(const Shape& new_shape) {
+  return [new_shape](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{new_shape, {}, offset};
+    view_strides(shape, strides, new_shape, l.strides);
+    return l;
+  };
+}
+}  // namespace detail
+
 template <Dtype T>
 Tensor<T> Tensor<T>::view(Shape new_shape) const {
   new_shape = detail::infer_size(new_shape, numel(), "view", shape());
@@ -69,42 +83,47 @@ Tensor<T> Tensor<T>::view(Shape new_shape) const {
   if (!detail::view_strides(shape(), strides(), new_shape, st))
     throw ShapeError(detail::cat("view: shape ", new_shape, " is not compatible with the input's shape ", shape(),
                                  " and strides ", strides(), "; use reshape(), which copies when it must"));
-  return with_layout("ViewBackward", new_shape, st, storage_offset());
+  return with_layout("ViewBackward", detail::reshaped(new_shape));
 }
 
 template <Dtype T>
 Tensor<T> Tensor<T>::reshape(Shape new_shape) const {
   new_shape = detail::infer_size(new_shape, numel(), "reshape", shape());
   Strides st;
-  if (detail::view_strides(shape(), strides(), new_shape, st)) return with_layout("ViewBackward", new_shape, st, storage_offset());
+  if (detail::view_strides(shape(), strides(), new_shape, st)) return with_layout("ViewBackward", detail::reshaped(new_shape));
   return clone().view(new_shape);
 }
 
 template <Dtype T>
 Tensor<T> Tensor<T>::permute(const Dims& order) const {
   check<ShapeError>(order.size() == dim(), "permute: got ", order.size(), " dims ", order, " for a tensor of ", dim(), " dims");
-  Shape s = shape();
-  Strides st = strides();
+  Dims from = order;
   bool seen[kMaxRank] = {};
   for (int i = 0; i < dim(); ++i) {
-    const int d = wrap_dim(order[i], dim(), "permute");
-    check<ShapeError>(!seen[d], "permute: dim ", d, " repeats in ", order);
-    seen[d] = true;
-    s[i] = shape()[d];
-    st[i] = strides()[d];
+    from[i] = wrap_dim(order[i], dim(), "permute");
+    check<ShapeError>(!seen[from[i]], "permute: dim ", from[i], " repeats in ", order);
+    seen[from[i]] = true;
   }
-  return with_layout("PermuteBackward", s, st, storage_offset());
+  return with_layout("PermuteBackward", [&](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{shape, strides, offset};
+    for (int i = 0; i < from.size(); ++i) {
+      l.shape[i] = shape[int(from[i])];
+      l.strides[i] = strides[int(from[i])];
+    }
+    return l;
+  });
 }
 
 template <Dtype T>
 Tensor<T> Tensor<T>::transpose(int64_t d0, int64_t d1) const {
   if (dim() == 0) return *this;
   const int a = wrap_dim(d0, dim(), "transpose"), b = wrap_dim(d1, dim(), "transpose");
-  Shape s = shape();
-  Strides st = strides();
-  std::swap(s[a], s[b]);
-  std::swap(st[a], st[b]);
-  return with_layout("TransposeBackward", s, st, storage_offset());
+  return with_layout("TransposeBackward", [&](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{shape, strides, offset};
+    std::swap(l.shape[a], l.shape[b]);
+    std::swap(l.strides[a], l.strides[b]);
+    return l;
+  });
 }
 
 template <Dtype T>
@@ -122,11 +141,12 @@ Tensor<T> Tensor<T>::slice(int64_t d, int64_t start, int64_t end, int64_t step) 
   auto clamp_index = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
   start = clamp_index(start);
   end = std::max(start, clamp_index(end));
-  Shape s = shape();
-  Strides st = strides();
-  s[k] = (end - start + step - 1) / step;
-  st[k] = strides()[k] * step;
-  return with_layout("SliceBackward", s, st, storage_offset() + start * strides()[k]);
+  return with_layout("SliceBackward", [&](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{shape, strides, offset + start * strides[k]};
+    l.shape[k] = (end - start + step - 1) / step;
+    l.strides[k] = strides[k] * step;
+    return l;
+  });
 }
 
 template <Dtype T>
@@ -147,34 +167,36 @@ Tensor<T> Tensor<T>::select(int64_t d, int64_t index) const {
   if (index < -n || index >= n)
     throw std::out_of_range(detail::cat("select: index ", index, " is out of range for dim ", k, " of size ", n));
   if (index < 0) index += n;
-  Shape s = shape();
-  Strides st = strides();
-  s.erase(k);
-  st.erase(k);
-  return with_layout("SelectBackward", s, st, storage_offset() + index * strides()[k]);
+  return with_layout("SelectBackward", [&](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{shape, strides, offset + index * strides[k]};
+    l.shape.erase(k);
+    l.strides.erase(k);
+    return l;
+  });
 }
 
 template <Dtype T>
 Tensor<T> Tensor<T>::unsqueeze(int64_t d) const {
   const int k = wrap_dim(d, dim() + 1, "unsqueeze");
-  Shape s = shape();
-  Strides st = strides();
-  const int64_t stride = k < dim() ? strides()[k] * shape()[k] : 1;
-  s.insert(k, 1);
-  st.insert(k, stride);
-  return with_layout("UnsqueezeBackward", s, st, storage_offset());
+  return with_layout("UnsqueezeBackward", [&](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{shape, strides, offset};
+    l.shape.insert(k, 1);
+    l.strides.insert(k, k < shape.size() ? strides[k] * shape[k] : 1);
+    return l;
+  });
 }
 
 template <Dtype T>
 Tensor<T> Tensor<T>::squeeze() const {
-  Shape s;
-  Strides st;
-  for (int i = 0; i < dim(); ++i)
-    if (shape()[i] != 1) {
-      s.push_back(shape()[i]);
-      st.push_back(strides()[i]);
-    }
-  return with_layout("SqueezeBackward", s, st, storage_offset());
+  return with_layout("SqueezeBackward", [](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{{}, {}, offset};
+    for (int i = 0; i < shape.size(); ++i)
+      if (shape[i] != 1) {
+        l.shape.push_back(shape[i]);
+        l.strides.push_back(strides[i]);
+      }
+    return l;
+  });
 }
 
 template <Dtype T>
@@ -182,11 +204,12 @@ Tensor<T> Tensor<T>::squeeze(int64_t d) const {
   if (dim() == 0) return *this;
   const int k = wrap_dim(d, dim(), "squeeze");
   if (shape()[k] != 1) return *this;
-  Shape s = shape();
-  Strides st = strides();
-  s.erase(k);
-  st.erase(k);
-  return with_layout("SqueezeBackward", s, st, storage_offset());
+  return with_layout("SqueezeBackward", [&](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{shape, strides, offset};
+    l.shape.erase(k);
+    l.strides.erase(k);
+    return l;
+  });
 }
 
 template <Dtype T>
@@ -194,7 +217,6 @@ Tensor<T> Tensor<T>::expand(const Shape& new_shape) const {
   check<ShapeError>(new_shape.size() >= dim(), "expand: the requested shape ", new_shape,
                     " has fewer dims than the tensor's shape ", shape());
   Shape s = new_shape;
-  Strides st = Strides::filled(new_shape.size(), 0);
   const int lead = new_shape.size() - dim();
   for (int i = 0; i < new_shape.size(); ++i) {
     const int j = i - lead;
@@ -203,15 +225,18 @@ Tensor<T> Tensor<T>::expand(const Shape& new_shape) const {
       continue;
     }
     const int64_t have = shape()[j];
-    if (new_shape[i] == -1 || new_shape[i] == have) {
-      s[i] = have;
-      st[i] = strides()[j];
-    } else {
-      check<ShapeError>(have == 1, "expand: the tensor's shape ", shape(), " cannot be expanded to ", new_shape,
-                        " (dim ", j, " has size ", have, ", not 1)");
-    }
+    if (new_shape[i] == -1) s[i] = have;
+    else
+      check<ShapeError>(new_shape[i] == have || (have == 1 && new_shape[i] >= 0), "expand: the tensor's shape ",
+                        shape(), " cannot be expanded to ", new_shape, " (dim ", j, " has size ", have, ", not 1)");
   }
-  return with_layout("ExpandBackward", s, st, storage_offset());
+  // A dim keeps its stride where its size stays, else (new, or size 1 expanded) steps by 0.
+  return with_layout("ExpandBackward", [&](const Shape& shape, const Strides& strides, int64_t offset) {
+    ViewLayout l{s, Strides::filled(s.size(), 0), offset};
+    for (int i = lead; i < s.size(); ++i)
+      if (s[i] == shape[i - lead]) l.strides[i] = strides[i - lead];
+    return l;
+  });
 }
 
 template <Dtype T>
