@@ -93,6 +93,40 @@ TEST_CASE("clip_grad_norm_ and clip_grad_value_ act on the gradients as torch.nn
   CHECK(b.grad()[0].item() == doctest::Approx(0.4));
 }
 
+// PyTorch's OneCycleLR cycles the momentum by default (cycle_momentum=True): Adam's beta1 or SGD's momentum runs from
+// max_momentum down to base_momentum while the lr rises, then back. Expected values: PyTorch 2.15, max_lr 1, 10 steps.
+TEST_CASE("OneCycleLR cycles Adam's beta1 and SGD's momentum against the lr, as PyTorch") {
+  const std::vector<double> torch_beta1 = {0.95, 0.9, 0.85, 0.854951556604879, 0.868825509907063, 0.888873953302184,
+                                           0.911126046697816, 0.931174490092937, 0.945048443395121, 0.95};
+  Tensor<float> w = ones<float>({2}).requires_grad_();
+  optim::Adam<float> adam(std::vector<Tensor<float>>{w}, optim::AdamOptions(0.1));
+  optim::OneCycleLR sched(adam, 1.0, 10);
+  for (size_t e = 0; e < torch_beta1.size(); ++e) {
+    INFO("step ", e);
+    CHECK(adam.param_groups()[0].options.beta1() == doctest::Approx(torch_beta1[e]).epsilon(1e-12));
+    CHECK(adam.param_groups()[0].options.beta2() == 0.999);
+    if (e + 1 < torch_beta1.size()) sched.step();
+  }
+  // SGD without momentum gets one, as in PyTorch (base 0.8, max 0.9 here).
+  const std::vector<double> torch_momentum = {0.9, 0.85, 0.8, 0.804951556604879, 0.818825509907063, 0.838873953302184,
+                                              0.861126046697816, 0.881174490092937, 0.895048443395121, 0.9};
+  optim::SGD<float> sgd(std::vector<Tensor<float>>{w}, optim::SGDOptions(0.1));
+  optim::OneCycleLR sgd_sched(sgd, 1.0, 10, 0.3, 25, 1e4, /*cycle_momentum=*/true, 0.8, 0.9);
+  for (size_t e = 0; e < torch_momentum.size(); ++e) {
+    CHECK(sgd.param_groups()[0].options.momentum() == doctest::Approx(torch_momentum[e]).epsilon(1e-12));
+    if (e + 1 < torch_momentum.size()) sgd_sched.step();
+  }
+  // Loading a state_dict sets the momentum of the step it names; without cycling the momentum stays as it was.
+  optim::Adam<float> again(std::vector<Tensor<float>>{w}, optim::AdamOptions(0.1));
+  optim::OneCycleLR loaded(again, 1.0, 10);
+  loaded.load_state_dict({{"last_epoch", full<int64_t>({}, 4)}});
+  CHECK(again.param_groups()[0].options.beta1() == doctest::Approx(torch_beta1[4]).epsilon(1e-12));
+  optim::Adam<float> plain(std::vector<Tensor<float>>{w}, optim::AdamOptions(0.1));
+  optim::OneCycleLR no_cycle(plain, 1.0, 10, 0.3, 25, 1e4, /*cycle_momentum=*/false);
+  no_cycle.step();
+  CHECK(plain.param_groups()[0].options.beta1() == 0.9);
+}
+
 TEST_CASE("scheduler state_dict: a scheduler built again and loaded continues at the saved step") {
   Tensor<float> w = ones<float>({2}).requires_grad_();
   optim::SGD<float> opt(std::vector<Tensor<float>>{w}, optim::SGDOptions(0.1));

@@ -1,17 +1,19 @@
 #pragma once
 // Learning-rate schedulers with torch.optim.lr_scheduler's closed forms, stepping every parameter
 // group's lr from its initial value: StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR,
-// OneCycleLR (cosine annealing, PyTorch's defaults) and SequentialLR. Call step() after the optimizer's
-// step (per epoch, or per batch for OneCycleLR); get_last_lr() gives the current lrs. The lr is a closed
-// form of the step count, so the state_dict is {"last_epoch"}: a scheduler built with the same
-// arguments and loaded continues where the saved one stood.
+// OneCycleLR (cosine annealing and momentum cycling, PyTorch's defaults) and SequentialLR. Call step()
+// after the optimizer's step (per epoch, or per batch for OneCycleLR); get_last_lr() gives the current lrs. The lr is a closed
+// form of the step count (OneCycleLR's momentum too), so the state_dict is {"last_epoch"}: a scheduler built
+// with the same arguments and loaded continues where the saved one stood.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
-#include <string>
 #include <numbers>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/tensor/any_tensor.hpp"
@@ -64,7 +66,10 @@ class LRScheduler {
       last_lr_.push_back(lr_at(base_[k], epoch_));
       set_lr_(k, last_lr_.back());
     }
+    apply_others(epoch_);
   }
+  // What a scheduler sets besides the lr at each step (OneCycleLR: the momentum).
+  virtual void apply_others(int64_t) {}
 
   int64_t epoch_ = 0;
   std::vector<double> base_, last_lr_;
@@ -169,28 +174,63 @@ class LinearLR : public LRScheduler {
 // pct_start of total_steps, then down to max_lr / (div_factor * final_div_factor). Steps per batch.
 class OneCycleLR : public LRScheduler {
  public:
+  // cycle_momentum (PyTorch's default): each group's momentum (SGD, RMSprop) or Adam's beta1 runs against the lr,
+  // from max_momentum down to base_momentum while the lr rises, and back up while it falls.
   template <class Opt>
   OneCycleLR(Opt& optimizer, double max_lr, int64_t total_steps, double pct_start = 0.3, double div_factor = 25,
-             double final_div_factor = 1e4)
-      : max_lr_(max_lr), total_(total_steps), pct_(pct_start), div_(div_factor), final_div_(final_div_factor) {
+             double final_div_factor = 1e4, bool cycle_momentum = true, double base_momentum = 0.85,
+             double max_momentum = 0.95)
+      : max_lr_(max_lr), total_(total_steps), pct_(pct_start), div_(div_factor), final_div_(final_div_factor),
+        base_momentum_(base_momentum), max_momentum_(max_momentum) {
     check<std::invalid_argument>(total_steps > 1, "OneCycleLR: total_steps must be at least 2, got ", total_steps);
+    if (cycle_momentum) set_momentum_ = momentum_setter(optimizer);
     bind(optimizer);
   }
 
  protected:
   double lr_at(double, int64_t e) const override {
     const double initial = max_lr_ / div_, min_lr = initial / final_div_;
-    const double up_end = pct_ * double(total_) - 1, down_end = double(total_) - 1;
-    auto anneal = [](double from, double to, double pct) { return to + (from - to) * (1 + std::cos(std::numbers::pi * pct)) / 2; };
-    const double step = double(std::min<int64_t>(e, total_ - 1));
-    if (step <= up_end) return anneal(initial, max_lr_, up_end > 0 ? step / up_end : 1.0);
-    return anneal(max_lr_, min_lr, (step - up_end) / (down_end - up_end));
+    const auto [rising, pct] = phase(e);
+    return rising ? anneal(initial, max_lr_, pct) : anneal(max_lr_, min_lr, pct);
+  }
+  void apply_others(int64_t e) override {
+    if (!set_momentum_) return;
+    const auto [rising, pct] = phase(e);
+    const double m = rising ? anneal(max_momentum_, base_momentum_, pct) : anneal(base_momentum_, max_momentum_, pct);
+    for (size_t k = 0; k < base_.size(); ++k) set_momentum_(k, m);
   }
 
  private:
+  // Whether step e is in the rising phase, and how far into its phase it is (0 to 1).
+  std::pair<bool, double> phase(int64_t e) const {
+    const double up_end = pct_ * double(total_) - 1, down_end = double(total_) - 1;
+    const double step = double(std::min<int64_t>(e, total_ - 1));
+    if (step <= up_end) return {true, up_end > 0 ? step / up_end : 1.0};
+    return {false, (step - up_end) / (down_end - up_end)};
+  }
+  static double anneal(double from, double to, double pct) {
+    return to + (from - to) * (1 + std::cos(std::numbers::pi * pct)) / 2;
+  }
+  template <class Opt>
+  static std::function<void(size_t, double)> momentum_setter(Opt& optimizer) {
+    using Options = std::remove_cvref_t<decltype(optimizer.param_groups()[0].options)>;
+    if constexpr (requires(Options& o) { o.betas(0.9, o.beta2()); }) {
+      return [&optimizer](size_t k, double m) {
+        auto& o = optimizer.param_groups()[k].options;
+        o.betas(m, o.beta2());
+      };
+    } else if constexpr (requires(Options& o) { o.momentum(0.9); }) {
+      return [&optimizer](size_t k, double m) { optimizer.param_groups()[k].options.momentum(m); };
+    } else {
+      throw std::invalid_argument("OneCycleLR: cycle_momentum needs an optimizer with a momentum or betas option; "
+                                  "pass cycle_momentum = false");
+    }
+  }
+
   double max_lr_;
   int64_t total_;
-  double pct_, div_, final_div_;
+  double pct_, div_, final_div_, base_momentum_, max_momentum_;
+  std::function<void(size_t, double)> set_momentum_;
 };
 
 // Runs schedulers one after another: the k-th from milestone k-1 on, counting its own steps from 0.
