@@ -1,6 +1,7 @@
 // Backward of the non-elementwise ops: sum and mean of expressions (one node each), softmax and
-// log_softmax, matmul / mm / bmm with broadcast batch dims; gradcheck in float64 against finite
-// differences, and the graph's shape (node names, one node per reduced expression).
+// log_softmax, matmul / mm / bmm with broadcast batch dims, the other reductions (topk, var_mean, std
+// and norm where the result is 0); gradcheck in float64 against finite differences, PyTorch's values at
+// the points finite differences cannot judge (clamp's bounds, zero spreads), and the graph's shape.
 #include <doctest/doctest.h>
 
 #include "kiln/autograd/gradcheck.hpp"
@@ -187,6 +188,136 @@ TEST_CASE("every view passes gradcheck, on contiguous and transposed bases") {
   check_view("contiguous", [](const Tensor<double>& a) { return a.contiguous(); });
   check_view("index", [](const Tensor<double>& a) { return a.index({Slice(), 1, Slice(0, 4, 3)}); });
   check_view("t of a select", [](const Tensor<double>& a) { return a.select(0, 1).t(); });
+}
+
+// x.grad() as a vector, each element checked against `expected` (PyTorch's values where the test says so).
+void check_grad(const Tensor<double>& x, const std::vector<double>& expected) {
+  const std::vector<double> got = x.grad().contiguous().to_vector();
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element ", i);
+    CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("topk's values are differentiable: the gradient goes to the selected elements") {
+  Tensor<double> x = tensor<double>({1, 5, 3}).requires_grad_();
+  const auto [v, i] = topk(x, 1);
+  REQUIRE(v.grad_fn());
+  CHECK(v.grad_fn()->name() == "TopkBackward");
+  sum(Tensor<double>(sum(x) + sum(v))).backward();
+  check_grad(x, {1, 2, 1});  // PyTorch's
+
+  // Along dim 1 with a weight per value; a tie (4, 4) sends each value's gradient to its own index.
+  Tensor<double> y = tensor<double>({3, 1, 2, 5, 0, 4, 4, -1}).view({2, 4}).requires_grad_();
+  const Tensor<double> top = std::get<0>(topk(y, 2, 1));
+  sum(Tensor<double>(top * tensor<double>({1, 10, 100, 1000}).view({2, 2}))).backward();
+  check_grad(y, {10, 0, 0, 1, 0, 100, 1000, 0});  // PyTorch's
+
+  Tensor<double> s = full<double>({}, 4.0).requires_grad_();
+  std::get<0>(topk(s, 1)).backward();
+  check_grad(s, {1});  // PyTorch's: a 0-dim input is a line of one
+
+  const Tensor<double> a = sample({3, 4}, 18);
+  for (bool largest : {true, false})
+    for (int dim : {0, 1}) {
+      const auto r = autograd::gradcheck(
+          [=](const Inputs& in) { return std::get<0>(topk(in[0].t() * 2.0, 2, dim, largest)); }, {a});
+      INFO("largest ", largest, ", dim ", dim, ": ", r.message);
+      CHECK(r.ok);
+    }
+}
+
+TEST_CASE("var_mean and std_mean: both outputs are differentiable") {
+  Tensor<double> x = tensor<double>({1, 2, 4}).requires_grad_();
+  auto [v, m] = var_mean(x, Dims{0});
+  Tensor<double>(sum(x) + v + m).backward();
+  check_grad(x, {0, 1, 3});  // PyTorch's: 1 + 1/3 + (x - mean)
+  x.zero_grad();
+  auto [sd, m2] = std_mean(x, Dims{0});
+  Tensor<double>(sum(x) + sd + m2).backward();
+  check_grad(x, {0.8968975528613485, 1.2242243882153372, 1.8788780589233143});  // PyTorch's
+
+  const Tensor<double> a = sample({3, 4}, 19), w = sample({3, 1}, 20);
+  for (bool take_sqrt : {false, true}) {
+    const auto r = autograd::gradcheck(
+        [=](const Inputs& in) {
+          const auto xw = in[0] * in[1];
+          auto [spread, mean_] = take_sqrt ? std_mean(xw, {1}, 0.0, true) : var_mean(xw, {1}, 1.0, true);
+          return Tensor<double>(spread * 3.0 + mean_ * mean_);
+        },
+        {a, w});
+    const char* what = take_sqrt ? "std_mean" : "var_mean";
+    INFO(what, ": ", r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("std and norm have a zero gradient where the result is 0, and norm where x is 0, as PyTorch") {
+  Tensor<double> x = ones<double>({2, 3}).requires_grad_();
+  sum(kiln::std(x, {1})).backward();
+  check_grad(x, {0, 0, 0, 0, 0, 0});  // PyTorch's (0 / 0 unmasked)
+  x.zero_grad();
+  kiln::std(x).backward();
+  check_grad(x, {0, 0, 0, 0, 0, 0});
+  for (double p : {2.0, 3.0, 0.5, -1.0, 1.0, std::numeric_limits<double>::infinity()}) {
+    INFO("p = ", p);
+    Tensor<double> z = zeros<double>({3}).requires_grad_();
+    norm(z, p).backward();
+    check_grad(z, {0, 0, 0});  // PyTorch's for every p
+  }
+  // p < 1: |x|^(p - 1) is inf at x = 0; PyTorch's gradient there is 0.
+  Tensor<double> y = tensor<double>({0, 2, -3}).requires_grad_();
+  norm(y, 0.5).backward();
+  check_grad(y, {0, 2.224744871391589, -1.8164965809277265});  // PyTorch's
+}
+
+TEST_CASE("clamp, clamp_min and clamp_max: PyTorch's gradient at the bounds") {
+  const auto grad_of = [](auto f, std::vector<double> values) {
+    Tensor<double> x = tensor<double>(values).requires_grad_();
+    sum(Tensor<double>(f(x))).backward();
+    return x;
+  };
+  // Number bounds: 0 at a bound (maximum and minimum would give 1/2). PyTorch's values.
+  const std::vector<double> five{-2, -1, 0, 1, 2}, three{-1, 0, 1};
+  check_grad(grad_of([](const auto& x) { return clamp(x, -1.0, 1.0); }, five), {0, 0, 1, 0, 0});
+  check_grad(grad_of([](const auto& x) { return clamp(x, 1.0, -1.0); }, five), {0, 0, 0, 0, 0});
+  check_grad(grad_of([](const auto& x) { return clamp(x, 1.0, 1.0); }, five), {0, 0, 0, 0, 0});
+  check_grad(grad_of([](const auto& x) { return clamp_min(x, 0.0); }, three), {0, 0, 1});
+  check_grad(grad_of([](const auto& x) { return clamp_max(x, 0.0); }, three), {1, 0, 0});
+  {
+    const Tensor<double> c = grad_of([](const auto& x) { return clamp(x, -1.0, 1.0); }, {-3, 0.5, 3});
+    CHECK(Tensor<double>(clamp(c, -1.0, 1.0)).to_vector() == std::vector<double>{-1, 0.5, 1});
+  }
+  // Tensor bounds: a tie with one bound splits the gradient, as maximum / minimum; lo == hi does not.
+  Tensor<double> b = zeros<double>({3}).requires_grad_();
+  Tensor<double> x = tensor<double>(three).requires_grad_();
+  sum(Tensor<double>(clamp_min(x, b))).backward();
+  check_grad(x, {0, 0.5, 1});  // PyTorch's
+  check_grad(b, {1, 0.5, 0});
+  x.zero_grad();
+  b.zero_grad();
+  sum(Tensor<double>(clamp_max(x, b))).backward();
+  check_grad(x, {1, 0.5, 0});  // PyTorch's
+  check_grad(b, {0, 0.5, 1});
+  // Every (x, lo, hi) in {0, 1, 2}^3, x the slowest; PyTorch's gradients.
+  std::vector<double> xs, los, his;
+  for (double a : {0, 1, 2})
+    for (double l : {0, 1, 2})
+      for (double h : {0, 1, 2}) {
+        xs.push_back(a);
+        los.push_back(l);
+        his.push_back(h);
+      }
+  Tensor<double> tx = tensor<double>(xs).requires_grad_(), tl = tensor<double>(los).requires_grad_(),
+                 th = tensor<double>(his).requires_grad_();
+  const Tensor<double> clamped = clamp(tx, tl, th);
+  for (size_t i = 0; i < xs.size(); ++i)
+    CHECK(clamped[int64_t(i)].item() == std::min(std::max(xs[i], los[i]), his[i]));
+  sum(clamped).backward();
+  check_grad(tx, {1, .5, .5, 0, 0, 0, 0, 0, 0, 0, .5, 1, 0, 1, .5, 0, 0, 0, 0, 0, .5, 0, 0, .5, 0, 0, 1});
+  check_grad(tl, {0, .5, .5, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, .5, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  check_grad(th, {0, 0, 0, 1, 0, 0, 1, 1, 0, 1, .5, 0, 1, 0, 0, 1, 1, 0, 1, 1, .5, 1, 1, .5, 1, 1, 0});
 }
 
 }  // namespace test_autograd_ops_backward

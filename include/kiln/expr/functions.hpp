@@ -93,6 +93,8 @@ namespace ops {
 KILN_UNARY_OPS(KILN_CHECK_SPEC)
 KILN_BINARY_OPS(KILN_CHECK_SPEC)
 KILN_TERNARY_OPS(KILN_CHECK_SPEC)
+KILN_CHECK_SPEC(clamp_min, ClampMin)
+KILN_CHECK_SPEC(clamp_max, ClampMax)
 }  // namespace ops
 
 // ---- composite ops: expansions, so SIMD, CUDA and the gradient come from their parts ----------
@@ -109,12 +111,25 @@ auto gelu_tanh(const X& x) {
   return x * 0.5 * (tanh((x + x * x * x * 0.044715) * k) + 1);
 }
 
+// clamp's gradient is PyTorch's, which differs from that of maximum and minimum at ties. With number bounds x's
+// gradient is 0 at a bound (ops::ClampMin, ClampMax). Tensor bounds split a tie with x as maximum and minimum
+// do, except where lo == hi: the gradient goes to lo where x < lo, to hi where x > hi, and to x where x equals
+// both (the nested maximum and minimum would split it between them).
 template <OperandOrScalar X, OperandOrScalar Lo>
-auto clamp_min(const X& x, const Lo& lo) { return maximum(x, lo); }
+auto clamp_min(const X& x, const Lo& lo) {
+  if constexpr (Operand<Lo>) return maximum(x, lo);
+  else return map<ops::ClampMin>(x, lo);
+}
 template <OperandOrScalar X, OperandOrScalar Hi>
-auto clamp_max(const X& x, const Hi& hi) { return minimum(x, hi); }
+auto clamp_max(const X& x, const Hi& hi) {
+  if constexpr (Operand<Hi>) return minimum(x, hi);
+  else return map<ops::ClampMax>(x, hi);
+}
 template <OperandOrScalar X, OperandOrScalar Lo, OperandOrScalar Hi>
-auto clamp(const X& x, const Lo& lo, const Hi& hi) { return minimum(maximum(x, lo), hi); }
+auto clamp(const X& x, const Lo& lo, const Hi& hi) {
+  if constexpr (!Operand<Lo> && !Operand<Hi>) return clamp_max(clamp_min(x, lo), hi);
+  else return where(lo == hi, where(x < lo, lo, where(x > hi, hi, x)), minimum(maximum(x, lo), hi));
+}
 
 // ---- operators --------------------------------------------------------------------------------
 

@@ -130,6 +130,18 @@ struct Maximum : SameTypeOp {
   }
 };
 
+// clamp_min / clamp_max with a number bound (expr/functions.hpp's clamp): maximum / minimum with PyTorch's clamp
+// gradient, which passes only where x is strictly inside the bound (at x == bound the result is the bound itself;
+// maximum would split the tie). The number bound has no gradient.
+struct ClampMin : Maximum {
+  static constexpr std::string_view name = "clamp_min";
+  static auto grad(auto a, auto b, auto, auto g) { return std::tuple{where(a > b, g, 0), no_grad}; }
+};
+struct ClampMax : Minimum {
+  static constexpr std::string_view name = "clamp_max";
+  static auto grad(auto a, auto b, auto, auto g) { return std::tuple{where(a < b, g, 0), no_grad}; }
+};
+
 // Highway 1.0.3 has Le/Ge only for floats; for integers they are the negation of Gt/Lt (which for
 // floats would be wrong on NaN).
 // hn::Ne on floats is an ordered compare (false when either is NaN); != is true there.

@@ -20,6 +20,7 @@
 
 #include "kiln/cpu/reduce.hpp"
 #include "kiln/tensor/factory.hpp"
+#include "kiln/tensor/gather.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln {
@@ -312,7 +313,7 @@ auto var_impl(const E& e, const Shape& in, const Reduction& rd, double correctio
   r.correction = correction;
   r.take_sqrt = take_sqrt;
   const Dims dims = reduced_dims(in, rd);
-  // var: 2 (x - mean) / (N - correction); std: that over 2 std.
+  // var: 2 (x - mean) / (N - correction); std: that over 2 std, and 0 where std is 0 (x constant: 0 / 0), as PyTorch.
   const double denom = std::max(0.0, double(rd.count) - correction);
   return differentiable_reduction(
       e, in, rd, take_sqrt ? "StdBackward" : "VarBackward",
@@ -321,7 +322,7 @@ auto var_impl(const E& e, const Shape& in, const Reduction& rd, double correctio
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
         using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
         const Tensor<V> centered = untracked(x - mean(x, dims, true));
-        if (take_sqrt) return untracked(g * centered / (out * S(denom)));
+        if (take_sqrt) return untracked(where(out == S(0), S(0), g * centered / (out * S(denom))));
         return untracked(g * centered * S(2 / denom));
       });
 }
@@ -329,6 +330,13 @@ template <class E>
 auto var_mean_impl(const E& e, const Shape& in, const Reduction& rd, double correction, bool take_sqrt) {
   using T = typename E::value_type;
   require_floating<T>();
+  if constexpr (is_floating_v<T> && leaf_count_v<E> > 0) {
+    // With a graph, two differentiable reductions of the materialized input instead of one pass.
+    if (autograd::needs_graph(e)) {
+      const Leaf<T> x(Tensor<T>(e).impl_ptr());
+      return std::make_tuple(var_impl(x, in, rd, correction, take_sqrt), mean_impl(x, in, rd));
+    }
+  }
   const char* op = take_sqrt ? "std_mean" : "var_mean";
   check_versions(e);
   Tensor<T> out(TensorImpl::allocate(rd.out, scalar_type_of<T>(), op));
@@ -359,7 +367,8 @@ auto norm_impl(const E& e, const Shape& in, const Reduction& rd, double p) {
   check(!std::isnan(p), "norm: p must not be NaN");
   return run_reduce<T>(red::SumReducer<V, T, red::PowAbsT, F::Root>{red::PowAbsT{p}, p}, e, in, rd, "norm");
 }
-// norm's gradient: sign(x) |x|^(p-1) / out^(p-1) (x / out for p = 2; 0 where out is 0); the inf-norms
+// norm's gradient: sign(x) |x|^(p-1) / out^(p-1) (x / out for p = 2; 0 where out or x is 0, as PyTorch:
+// |x|^(p-1) is inf at x = 0 for p < 1); the inf-norms
 // split it among the elements of extreme magnitude; the 0-"norm" has none.
 template <class E>
 auto norm_grad_impl(const E& e, const Shape& in, const Reduction& rd, double p) {
@@ -373,7 +382,8 @@ auto norm_grad_impl(const E& e, const Shape& in, const Reduction& rd, double p) 
         if (p == 0) return untracked(x * S(0));
         if (p == 1) return untracked(g * sign(x));
         if (p == 2) return untracked(where(out == S(0), S(0), g * x / out));
-        return untracked(where(out == S(0), S(0), g * sign(x) * pow(abs(x), S(p - 1)) / pow(out, S(p - 1))));
+        return untracked(
+            where(out == S(0) || x == S(0), S(0), g * sign(x) * pow(abs(x), S(p - 1)) / pow(out, S(p - 1))));
       });
 }
 
@@ -578,14 +588,19 @@ auto cumsum(const X& x, I dim) {
 
 // The k largest (largest = false: smallest) values along dim and their int64 indices, sorted
 // (the order is also sorted when sorted = false). NaN counts as larger than every number; equal
-// values keep the lower index first.
+// values keep the lower index first. The values' gradient goes to the elements the indices name.
 template <Operand X>
-auto topk(const X& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) {
+std::tuple<Tensor<typename X::value_type>, Tensor<int64_t>> topk(const X& x, int64_t k, int64_t dim = -1,
+                                                                 bool largest = true, bool sorted = true) {
   using T = typename X::value_type;
   (void)sorted;
   if constexpr (Expression<X>) detail::check_versions(x);
   const Tensor<T> in = detail::contiguous_of(x);
   const int d = wrap_dim(dim, in.dim(), "topk");
+  if (in.dim() == 0 && k == 1) {  // as a line of one element (the backward scatters along a dim)
+    auto [values, indices] = topk(in.reshape({1}), k, 0, largest);
+    return std::make_tuple(values.reshape({}), indices.reshape({}));
+  }
   const auto [outer, n, inner] = detail::split_at(in.shape(), d);
   if (k < 0 || k > n)
     throw std::out_of_range(detail::cat("topk: k = ", k, " is out of range for dim ", d, " of size ", n,
@@ -595,6 +610,12 @@ auto topk(const X& x, int64_t k, int64_t dim = -1, bool largest = true, bool sor
   Tensor<T> values(TensorImpl::allocate(out_shape, scalar_type_of<T>(), "topk"));
   Tensor<int64_t> indices(TensorImpl::allocate(out_shape, ScalarType::Int64, "topk"));
   cpu::topk(in.data_ptr(), values.data_ptr(), indices.data_ptr(), outer, n, inner, k, largest);
+  if constexpr (is_floating_v<T>) {
+    // The values are gather(in, d, indices): gather's backward.
+    if (GradMode::is_enabled() && in.requires_grad())
+      autograd::meta_of(values.impl_ptr()).grad_fn =
+          std::make_shared<autograd::GatherBackward<T>>(in.impl_ptr(), d, indices, "TopkBackward");
+  }
   return std::make_tuple(values, indices);
 }
 
