@@ -26,11 +26,11 @@ Tensor<T> values(const Shape& shape, uint32_t seed) {
   else return x.to<T>();
 }
 
-// Indices in [-size, size) (negative ones count from the end), of `shape`.
+// Indices in [0, size), of `shape`.
 Tensor<int64_t> indices(const Shape& shape, int64_t size, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int64_t> v(size_t(numel_of(shape)));
-  for (int64_t& k : v) k = int64_t(rng() % uint32_t(2 * size)) - size;
+  for (int64_t& k : v) k = int64_t(rng() % uint32_t(size));
   return tensor<int64_t>(v).reshape(shape);
 }
 
@@ -91,7 +91,7 @@ void add_gather_scatter(ShimSuite& s) {
 // index_select / embedding: a gather whose index is broadcast over the other dim (stride 0), as on the CPU.
 void add_embedding(ShimSuite& s) {
   const Tensor<float> weight = values<float>({10, 4}, 40);
-  const Tensor<int64_t> ids = tensor<int64_t>({3, 0, 9, -1, 3, 7, -10});
+  const Tensor<int64_t> ids = tensor<int64_t>({3, 0, 9, 9, 3, 7, 0});
   const Tensor<int64_t> index = ids.reshape({7, 1}).expand({7, 4});
   const Tensor<float> want = index_select(weight, 0, ids), out = zeros<float>({7, 4});
   const auto k = cuda::gather_kernel<float>(2, 0, true, s.entry("embedding"));
@@ -161,7 +161,7 @@ TEST_CASE("an index out of range is neither read nor written, and throws the CPU
   shim.add(k);
   shim.add(ks);
   shim.build();
-  for (int64_t bad : {5, -6, 1000}) {
+  for (int64_t bad : {5, -1, -6, 1000}) {
     Tensor<int64_t> index = indices({4, 2}, 5, 61);
     index.data_ptr()[3] = bad;
     std::string cpu_message;

@@ -250,4 +250,38 @@ TEST_CASE("a user's op struct fuses through kiln::map like a built-in op") {
   CHECK(SquarePlusOne::grad(3.0, 10.0, 1.0) == 6.0);
 }
 
+TEST_CASE("in-place writes refuse a destination whose elements share memory (an expanded view), as torch") {
+  // torch: x.view(1, 4).expand(3, 4).add_(1) raises "unsupported operation: more than one element of the
+  // written-to tensor refers to a single memory location"; so do sub_, mul_, div_, copy_, normal_, and
+  // e[:, 0] = torch.ones(3). fill_, zero_ and e[:, 0] = 5 (one value everywhere) are allowed.
+  Tensor<float> x = zeros<float>({4});
+  Tensor<float> e = x.view({1, 4}).expand({3, 4});
+  const uint64_t version = x.version();
+  const char* message = "copy_: the destination of shape [3, 4] and strides [0, 1] has more than one element at a "
+                        "single memory location (as an expanded view does); clone() it before writing in place";
+  CHECK_THROWS_WITH_AS(e += 1.0f, message, std::logic_error);
+  CHECK_THROWS_AS(e -= 1.0f, std::logic_error);
+  CHECK_THROWS_AS(e *= 2.0f, std::logic_error);
+  CHECK_THROWS_AS(e /= 2.0f, std::logic_error);
+  CHECK_THROWS_WITH_AS(e.copy_(ones<float>({3, 4})), message, std::logic_error);
+  CHECK_THROWS_AS(e.copy_(ones<float>({4})), std::logic_error);
+  CHECK_THROWS_AS(normal_(e), std::logic_error);
+  CHECK_THROWS_AS(e.select(1, 0) = ones<float>({3}), std::logic_error);
+  CHECK_THROWS_AS(eval_all({&e}, e + 1.0f), std::logic_error);
+  CHECK(x.to_vector() == std::vector<float>{0, 0, 0, 0});  // nothing was written
+  CHECK(x.version() == version);
+
+  e.fill_(1.0f);  // torch: x is [1, 1, 1, 1]
+  CHECK(x.to_vector() == std::vector<float>{1, 1, 1, 1});
+  e.select(1, 0) = 5.0f;
+  CHECK(x.to_vector() == std::vector<float>{5, 1, 1, 1});
+  e.zero_();
+  CHECK(x.to_vector() == std::vector<float>{0, 0, 0, 0});
+  e.select(0, 1) = iota({4});  // one row of the view: each element once; torch gives x = [0, 1, 2, 3]
+  CHECK(x.to_vector() == std::vector<float>{0, 1, 2, 3});
+  Tensor<float> once = x.view({1, 4}).expand({1, 4});  // stride 0 only where the size is 1
+  once += 1.0f;
+  CHECK(x.to_vector() == std::vector<float>{1, 2, 3, 4});
+}
+
 }  // namespace test_expr_expressions

@@ -137,6 +137,22 @@ TEST_CASE("Embedding: rows by index, any index shape, gradients accumulate for r
   CHECK(emb->weight.grad()[0][0].item() == 0.0f);
 }
 
+TEST_CASE("embedding: an index outside [0, num_embeddings) throws, a negative one too (as torch)") {
+  // torch.nn.functional.embedding(torch.tensor([-1]), torch.arange(6.).view(3, 2)) raises IndexError ("index out
+  // of range in self"); it does not return the last row.
+  const Tensor<float> weight = arange<float>(0, 6).view({3, 2});
+  CHECK_THROWS_WITH_AS(F::embedding(tensor<int64_t>({-1}), weight),
+                       "embedding: index -1 is out of range for dim 0 of size 3", std::out_of_range);
+  CHECK_THROWS_WITH_AS(F::embedding(tensor<int64_t>({0, 3}), weight),
+                       "embedding: index 3 is out of range for dim 0 of size 3", std::out_of_range);
+  nn::Embedding emb(3, 2);
+  CHECK_THROWS_AS(emb(full<int64_t>({1, 1}, -3)), std::out_of_range);
+  // A 0-dim index gives one row: torch's result has shape [2].
+  const Tensor<float> row = F::embedding(full<int64_t>({}, 2), weight);
+  CHECK(row.shape() == Shape{2});
+  CHECK(row.to_vector() == std::vector<float>{4, 5});
+}
+
 TEST_CASE("a batched eval forward under InferenceMode allocates no storage after warm-up, and equals the no-grad one") {
   manual_seed(5);
   nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(1, 8, 3).padding(1)), nn::BatchNorm2d(8), nn::ReLU(),

@@ -102,4 +102,27 @@ TEST_CASE("bad indices throw, naming the dim and the size") {
   CHECK_THROWS_AS(index(t, {".."}), std::invalid_argument);
 }
 
+TEST_CASE("linspace and arange at their edges give torch's values and errors") {
+  // PyTorch 2.15: torch.linspace(2, 3, 1) is [2.] (one step is start), linspace(2, 3, 0) is empty,
+  // linspace(3, 2, 2) is [3., 2.], and with dtype=int64 linspace(0, 1, 3) is [0, 0, 1], linspace(0, 10, 4)
+  // [0, 3, 6, 10], linspace(2.7, 3, 1) [2].
+  CHECK(linspace<float>(2, 3, 1).to_vector() == std::vector<float>{2});
+  CHECK(linspace<double>(2, 3, 1).to_vector() == std::vector<double>{2});
+  CHECK(linspace<float>(2, 3, 0).numel() == 0);
+  CHECK(linspace<float>(3, 2, 2).to_vector() == std::vector<float>{3, 2});
+  CHECK(linspace<int64_t>(0, 1, 3).to_vector() == std::vector<int64_t>{0, 0, 1});
+  CHECK(linspace<int64_t>(0, 10, 4).to_vector() == std::vector<int64_t>{0, 3, 6, 10});
+  CHECK(linspace<int64_t>(2.7, 3, 1).to_vector() == std::vector<int64_t>{2});
+  // torch.arange(5, 0, -1.5) is [5., 3.5, 2., 0.5], arange(3, 3) and arange(3, 3, -1) are empty, and a step
+  // whose sign does not lead from start to end raises ("upper bound and lower bound inconsistent with step sign").
+  CHECK(arange<float>(5, 0, -1.5).to_vector() == std::vector<float>{5, 3.5f, 2, 0.5f});
+  CHECK(arange<int64_t>(3, 3).numel() == 0);
+  CHECK(arange<int64_t>(3, 3, -1).numel() == 0);
+  CHECK_THROWS_WITH_AS(arange<float>(5, 0), "arange: step 1 has the wrong sign for the range [5, 0)",
+                       std::invalid_argument);
+  CHECK_THROWS_AS(arange<float>(0, -0.5), std::invalid_argument);
+  CHECK_THROWS_AS(arange<float>(0, -1, 0.5), std::invalid_argument);
+  CHECK_THROWS_AS(arange<float>(0, 1, -1), std::invalid_argument);
+}
+
 }  // namespace test_tensor_indexing

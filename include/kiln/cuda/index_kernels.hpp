@@ -1,9 +1,9 @@
 #pragma once
 // gather and scatter_add along a dim as CUDA kernels, templated on the element type, the rank and the dim
 // (index_select and embedding are gathers whose index is broadcast, as on the CPU: tensor/gather.hpp). Indices
-// are int64; a negative one counts from the end. One out of range is never read or written: the kernel records
-// it in a two-word error block (flag, index) and skips it, and the host throws after the kernel with the CPU
-// path's message (check_index_error).
+// are int64 in [0, size), as torch's. One out of range (a negative one too) is never read or written: the kernel
+// records it in a two-word error block (flag, index) and skips it, and the host throws after the kernel with the
+// CPU path's message (check_index_error).
 //
 // Descriptor: n | size[rank] (the index's shape) | out | out_stride[rank] | src | src_stride[rank] | index |
 // index_stride[rank] | limit (the indexed dim's size) | error.
@@ -15,8 +15,8 @@ namespace kiln::cuda {
 
 namespace detail {
 
-// The kernel over the index's elements; `action` is the statement once `k` (the checked index, made
-// non-negative) and the offsets `o` (of out), `s` (of src) are known; `indexed` names the array whose dim is
+// The kernel over the index's elements; `action` is the statement once `k` (the checked index) and the
+// offsets `o` (of out), `s` (of src) are known; `indexed` names the array whose dim is
 // indexed ("out" or "src"), whose offset takes k along dim.
 inline KernelSource index_kernel(std::string entry, int rank, int dim, bool index32, const std::string& indexed,
                                  const std::string& action) {
@@ -36,8 +36,7 @@ inline KernelSource index_kernel(std::string entry, int rank, int dim, bool inde
   const std::string body =
       coordinates("i", 0, rank, "size") +
       cat("    long long k = ((const long long*)d.index)[", offset("index"), "];\n") +
-      "    if (k < -d.limit || k >= d.limit) { d.error[0] = 1; d.error[1] = k; continue; }\n"
-      "    if (k < 0) k += d.limit;\n" +
+      "    if (k < 0 || k >= d.limit) { d.error[0] = 1; d.error[1] = k; continue; }\n" +
       cat("    const kiln_index o = ", offset("out"), ", s = ", offset("src"), ";\n") + "    " + action + "\n";
   assemble(k,
            {{"long long n", 1},

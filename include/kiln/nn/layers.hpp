@@ -17,7 +17,8 @@ KILN_DECL Tensor<float> relu(const Tensor<float>& x);
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) in training; the identity
 // otherwise (as torch.nn.functional.dropout).
 KILN_DECL Tensor<float> dropout(const Tensor<float>& x, double p = 0.5, bool training = true);
-// Rows of weight [num_embeddings, dim] at the given indices: the result has the indices' shape plus dim.
+// Rows of weight [num_embeddings, dim] at the given indices (each in [0, num_embeddings), else std::out_of_range):
+// the result has the indices' shape plus dim.
 KILN_DECL Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<float>& weight);
 }  // namespace functional
 
@@ -151,7 +152,7 @@ KILN_DECL Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<f
   check<ShapeError>(weight.dim() == 2, "embedding: weight must be 2-d, got shape ", weight.shape());
   Shape out = indices.shape();
   out.push_back(weight.size(1));
-  return index_select(weight, 0, indices.reshape({-1})).reshape(out);
+  return kiln::detail::index_select_as(weight, 0, indices.reshape({-1}), "embedding").reshape(out);
 }
 }  // namespace functional
 

@@ -77,9 +77,11 @@ Tensor<T> tensor(std::initializer_list<std::initializer_list<std::initializer_li
 template <Dtype T = float>
 Tensor<T> arange(double start, double end, double step = 1) {
   check(step != 0, "arange: step must be nonzero");
-  const double count = std::ceil((end - start) / step);
-  check(std::isfinite(count), "arange: the range [", start, ", ", end, ") with step ", step, " is not finite");
-  Tensor<T> t = empty<T>({std::max<int64_t>(0, int64_t(count))});
+  const double steps = (end - start) / step;
+  check(std::isfinite(steps), "arange: the range [", start, ", ", end, ") with step ", step, " is not finite");
+  check(steps >= 0, "arange: step ", step, " has the wrong sign for the range [", start, ", ", end, ")");  // as torch
+  const double count = std::ceil(steps);
+  Tensor<T> t = empty<T>({int64_t(count)});
   T* p = t.data_ptr();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = T(start + double(i) * step);
   return t;
@@ -94,8 +96,9 @@ Tensor<T> linspace(double start, double end, int64_t steps) {
   Tensor<T> t = empty<T>({steps});
   T* p = t.data_ptr();
   const double delta = steps > 1 ? (end - start) / double(steps - 1) : 0;
-  // The second half counts back from end, as PyTorch, so both ends are exact.
-  for (int64_t i = 0; i < steps; ++i) p[i] = T(i < steps / 2 ? start + delta * double(i) : end - delta * double(steps - 1 - i));
+  // The second half counts back from end, as PyTorch, so both ends are exact; one step is start.
+  for (int64_t i = 0; i < steps; ++i)
+    p[i] = T(i < steps / 2 || steps == 1 ? start + delta * double(i) : end - delta * double(steps - 1 - i));
   return t;
 }
 

@@ -15,7 +15,7 @@ namespace detail {
 // Walks every element of a tensor of shape `shape` (row-major) and calls f(i, j, coord): i is the
 // element's flat index and coord its coordinates, j the flat index in a contiguous tensor of shape
 // `target` of the element with the same coordinates except along `dim`, where it has index_at(i,
-// coord[dim]) (checked to be in range; negative indices count from the end).
+// coord[dim]), checked to be in [0, target[dim]): a negative index is an error, as in torch.
 template <class IndexAt, class F>
 void for_each_mapped(const Shape& shape, const Shape& target, int dim, const char* op, IndexAt&& index_at, F&& f) {
   const int rank = shape.size();
@@ -24,10 +24,10 @@ void for_each_mapped(const Shape& shape, const Shape& target, int dim, const cha
   const int64_t n = numel_of(shape);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = index_at(i, coord[dim]);
-    if (k < -target[dim] || k >= target[dim])
+    if (k < 0 || k >= target[dim])
       throw std::out_of_range(cat(op, ": index ", k, " is out of range for dim ", dim, " of size ", target[dim]));
     int64_t j = 0;
-    for (int d = 0; d < rank; ++d) j += (d == dim ? (k < 0 ? k + target[dim] : k) : coord[d]) * tst[d];
+    for (int d = 0; d < rank; ++d) j += (d == dim ? k : coord[d]) * tst[d];
     f(i, j, coord);
     for (int d = rank - 1; d >= 0; --d) {  // odometer
       if (++coord[d] < shape[d]) break;
@@ -36,13 +36,20 @@ void for_each_mapped(const Shape& shape, const Shape& target, int dim, const cha
   }
 }
 
-// gather / scatter_add: index has self's rank and, along every other dim, at most `bound`'s size.
-inline void check_index_shape(const char* op, const Shape& index, const Shape& bound, int dim, const char* what) {
+// gather / scatter_add, as torch: index has `bound`'s rank and is at most its size along every dim but `skip`
+// (self's indexed dim; -1 for scatter_add's src, which is read at the index's coordinates).
+inline void check_index_shape(const char* op, const Shape& index, const Shape& bound, int skip, const char* what) {
   check<ShapeError>(index.size() == bound.size(), op, ": index of shape ", index, " must have as many dims as ",
                     what, " of shape ", bound);
   for (int d = 0; d < index.size(); ++d)
-    check<ShapeError>(d == dim || index[d] <= bound[d], op, ": index of shape ", index, " is larger than ", what,
+    check<ShapeError>(d == skip || index[d] <= bound[d], op, ": index of shape ", index, " is larger than ", what,
                       " of shape ", bound, " along dim ", d);
+}
+
+// A 0-dim tensor as one of shape [1]: torch's gather, index_select and scatter_add treat it so.
+template <Dtype T>
+Tensor<T> at_least_1d(const Tensor<T>& t) {
+  return t.dim() == 0 ? t.reshape({1}) : t;
 }
 
 template <Dtype T>
@@ -132,12 +139,13 @@ struct ScatterAddBackward : Node {
 }  // namespace autograd
 
 namespace detail {
-// gather along dim d (checked), recording `kind` as the node when self requires grad.
+// gather along dim d (checked), recording `kind` as the node when self requires grad; the result has index's shape.
 template <Dtype T>
-Tensor<T> gather_as(const Tensor<T>& self, int d, const Tensor<int64_t>& index, const char* op, const char* kind) {
-  check_index_shape(op, index.shape(), self.shape(), d, "self");
+Tensor<T> gather_as(const Tensor<T>& self_, int d, const Tensor<int64_t>& index, const char* op, const char* kind) {
+  const Tensor<T> self = at_least_1d(self_);
+  const Tensor<int64_t> idx = at_least_1d(index).contiguous();
+  check_index_shape(op, idx.shape(), self.shape(), d, "self");
   const Tensor<T> s = self.contiguous();
-  const Tensor<int64_t> idx = index.contiguous();
   Tensor<T> out(TensorImpl::allocate(idx.shape(), scalar_type_of<T>(), op));
   const int64_t* ip = idx.data_ptr();
   const T* sp = s.data_ptr();
@@ -148,7 +156,22 @@ Tensor<T> gather_as(const Tensor<T>& self, int d, const Tensor<int64_t>& index, 
     if (GradMode::is_enabled() && self.requires_grad())
       autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd::GatherBackward<T>>(self.impl_ptr(), d, idx, kind);
   }
-  return out;
+  return index.dim() == 0 ? out.reshape({}) : out;
+}
+
+// index_select, with `op` naming the caller in errors (embedding is one).
+template <Dtype T>
+Tensor<T> index_select_as(const Tensor<T>& self, int64_t dim, const Tensor<int64_t>& index, const char* op) {
+  const int d = wrap_dim(dim, self.dim(), op);
+  check<ShapeError>(index.dim() <= 1, op, ": index must be 1-d, got shape ", index.shape());
+  check<ShapeError>(self.dim() > 0 || index.numel() == 1, op,
+                    ": an index into a 0-dim tensor must have one value, got ", index.numel());
+  // As a gather with the index broadcast over the other dims.
+  Shape line;
+  for (int i = 0; i < self.dim(); ++i) line.push_back(i == d ? index.numel() : 1);
+  Shape out_shape = self.shape();
+  if (self.dim() > 0) out_shape[d] = index.numel();
+  return gather_as(self, d, index.reshape(line).expand(out_shape), op, "IndexSelectBackward");
 }
 }  // namespace detail
 
@@ -160,20 +183,15 @@ Tensor<T> gather(const Tensor<T>& self, int64_t dim, const Tensor<int64_t>& inde
 // The slices of self at the given indices along dim (index: 1-d).
 template <Dtype T>
 Tensor<T> index_select(const Tensor<T>& self, int64_t dim, const Tensor<int64_t>& index) {
-  const int d = wrap_dim(dim, self.dim(), "index_select");
-  check<ShapeError>(index.dim() <= 1, "index_select: index must be 1-d, got shape ", index.shape());
-  // As a gather with the index broadcast over the other dims.
-  Shape line;
-  for (int i = 0; i < self.dim(); ++i) line.push_back(i == d ? index.numel() : 1);
-  Shape out_shape = self.shape();
-  if (self.dim() > 0) out_shape[d] = index.numel();
-  return detail::gather_as(self, d, index.reshape(line).expand(out_shape), "index_select", "IndexSelectBackward");
+  return detail::index_select_as(self, dim, index, "index_select");
 }
 
 template <Dtype T>
-Tensor<T> scatter_add(const Tensor<T>& self, int64_t dim, const Tensor<int64_t>& index, const Tensor<T>& src) {
-  const int d = wrap_dim(dim, self.dim(), "scatter_add");
-  detail::check_index_shape("scatter_add", index.shape(), src.shape(), d, "src");
+Tensor<T> scatter_add(const Tensor<T>& self_, int64_t dim, const Tensor<int64_t>& index_, const Tensor<T>& src_) {
+  const int d = wrap_dim(dim, self_.dim(), "scatter_add");
+  const Tensor<T> self = detail::at_least_1d(self_), src = detail::at_least_1d(src_);
+  const Tensor<int64_t> index = detail::at_least_1d(index_);
+  detail::check_index_shape("scatter_add", index.shape(), src.shape(), -1, "src");
   detail::check_index_shape("scatter_add", index.shape(), self.shape(), d, "self");
   Tensor<T> out;
   {
@@ -186,7 +204,7 @@ Tensor<T> scatter_add(const Tensor<T>& self, int64_t dim, const Tensor<int64_t>&
       autograd::meta_of(out.impl_ptr()).grad_fn =
           std::make_shared<autograd::ScatterAddBackward<T>>(self.impl_ptr(), src.impl_ptr(), d, index);
   }
-  return out;
+  return self_.dim() == 0 ? out.reshape({}) : out;
 }
 
 // self with value wherever mask (broadcast to self's shape) is true.
