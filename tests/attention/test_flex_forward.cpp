@@ -229,4 +229,31 @@ TEST_CASE("flex_attention: bad input is refused with the op and the shapes") {
   CHECK_THROWS_AS(at::sliding_window(0), std::invalid_argument);
 }
 
+// Modifiers compute in float for float inputs (and block masks always do): integers past 2^24 are not exact there
+// (16777217 reads as 16777216). Found by a review: document ids 16777216 and 16777217 made one document, and a
+// bias read at q * 4096 + kv past 2^24 read its neighbour, silently. Both are refused now; so is a fractional index,
+// which was truncated.
+TEST_CASE("flex_attention: indices and captured integers that the compute type cannot hold exactly are refused") {
+  const Tensor<int64_t> ids = tensor<int64_t>({16777216, 16777216, 16777217, 16777217});
+  CHECK_THROWS_WITH_AS(at::create_block_mask(at::document(ids), 1, 1, 4, 4, 1, 1),
+                       doctest::Contains("holds 16777217, past 2^24"), std::invalid_argument);
+  const Tensor<int64_t> small_ids = tensor<int64_t>({16777215, 16777215, 16777216, 16777216});  // up to 2^24: exact
+  CHECK(at::create_block_mask(at::document(small_ids), 1, 1, 4, 4, 1, 1).density() == doctest::Approx(0.5));
+
+  const Tensor<float> q = zeros<float>({1, 1, 4, 8}), k = zeros<float>({1, 1, 4, 8}), v = randn<float>({1, 1, 4, 8});
+  const Tensor<float> long_table = zeros<float>({(int64_t(1) << 24) + 1});
+  auto long_read = [&](auto s, auto, auto, auto, auto kv) { return s + at::captured(long_table)(kv); };
+  CHECK_THROWS_WITH_AS(at::flex_attention(q, k, v, long_read), doctest::Contains("has a dim past 2^24"),
+                       std::invalid_argument);
+  // In double the same table is fine.
+  const Tensor<double> long_double = zeros<double>({(int64_t(1) << 24) + 1});
+  auto long_read_double = [&](auto s, auto, auto, auto, auto kv) { return s + at::captured(long_double)(kv); };
+  CHECK_NOTHROW(at::flex_attention(q.to<double>(), k.to<double>(), v.to<double>(), long_read_double));
+
+  const Tensor<float> table = zeros<float>({8});
+  auto half_index = [&](auto s, auto, auto, auto, auto kv) { return s + at::captured(table)(kv * 0.5); };
+  CHECK_THROWS_WITH_AS(at::flex_attention(q, k, v, half_index), doctest::Contains("fractional index"),
+                       std::out_of_range);
+}
+
 }  // namespace test_attention_flex_forward

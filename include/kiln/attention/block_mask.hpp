@@ -65,6 +65,7 @@ auto create_block_mask(const F& mask, int64_t B, int64_t H, int64_t Lq, int64_t 
                                "create_block_mask: B = ", B, ", H = ", H, ", Lq = ", Lq, ", Lkv = ", Lkv,
                                ", blocks ", q_block, " x ", kv_block, ": sizes must be positive");
   BlockMask<M> bm(as_mask_mod(mask));
+  check_exact_in<float>(bm.mask_mod, {B, H, Lq, Lkv}, "create_block_mask");  // (evaluated in float below)
   bm.B = (M::uses & kB) ? B : 1;
   bm.H = (M::uses & kH) ? H : 1;
   bm.Lq = Lq;
@@ -95,7 +96,8 @@ auto create_block_mask(const F& mask, int64_t B, int64_t H, int64_t Lq, int64_t 
                           : live == (q1 - q0) * (k1 - k0) && whole ? BlockState::Full
                                                                    : BlockState::Partial;
   }
-  check<std::out_of_range>(!bad_index, "create_block_mask: the mask_mod reads a captured tensor out of its bounds");
+  check<std::out_of_range>(!bad_index, "create_block_mask: the mask_mod reads a captured tensor out of its bounds or at a "
+                                       "fractional index");
   return bm;
 }
 

@@ -135,7 +135,8 @@ struct FlexAttentionBackward : autograd::Node {
                                    dlse.defined() ? dlse.data_ptr() : nullptr, sizes_, scale_, mod_, bm_, dropout_,
                                    data(dq), data(dk), data(dv),
                                    [&](int thread) { return cg.pointers[size_t(thread)]; });
-    check<std::out_of_range>(ok, "flex_attention backward: the score_mod or mask_mod reads a captured tensor out of its bounds");
+    check<std::out_of_range>(ok, "flex_attention backward: the score_mod or mask_mod reads a captured tensor out of its "
+                                 "bounds or at a fractional index");
     for (size_t i = 0; i < 3; ++i) {
       const Tensor<T>& g = i == 0 ? dq : i == 1 ? dk : dv;
       if (g.defined()) result[i] = g.impl_ptr();
@@ -191,6 +192,8 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
                     " used with q ", query.shape(), " and k ", key.shape());
   check<std::invalid_argument>(o.dropout_p >= 0 && o.dropout_p < 1, "flex_attention: dropout_p must be in [0, 1), got ",
                                o.dropout_p);
+  check_exact_in<A>(score_mod, {g.B, g.Hq, g.Lq, g.Lkv}, "flex_attention");
+  check_exact_in<A>(bm.mask_mod, {}, "flex_attention");
   const double scale = o.scale.value_or(g.D > 0 ? 1.0 / std::sqrt(double(g.D)) : 1.0);
   flex::Dropout dropout{o.dropout_p};
   if (dropout.active()) {  // the counters bernoulli_ would reserve for the [B, Hq, Lq, Lkv] mask
@@ -204,7 +207,8 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
   Tensor<A> lse(TensorImpl::allocate({g.B, g.Hq, g.Lq}, scalar_type_of<A>(), "flex_attention"));
   const bool ok =
       flex::forward(rows_of(q), rows_of(k), rows_of(v), g, scale, score_mod, bm, dropout, out.data_ptr(), lse.data_ptr());
-  check<std::out_of_range>(ok, "flex_attention: the score_mod or mask_mod reads a captured tensor out of its bounds");
+  check<std::out_of_range>(ok, "flex_attention: the score_mod or mask_mod reads a captured tensor out of its bounds or "
+                               "at a fractional index");
   bool needs_grad = autograd::requires_grad(q.impl()) || autograd::requires_grad(k.impl()) ||
                     autograd::requires_grad(v.impl());
   for (const CapturedSlot& c : captured) needs_grad |= autograd::requires_grad(*c.tensor);

@@ -9,8 +9,8 @@
 //   auto mask_mod = [](auto b, auto h, auto q, auto kv) { return q >= kv; };
 //
 // Value nodes give vectors of the compute type, boolean nodes (comparisons, &, |, !) give masks. Indices are
-// carried in the compute type too (exact up to 2^24 in float), and a captured tensor converts them to
-// integers per lane. The backward of a node pushes an adjoint down the tree: to the score (dscore) and, as a
+// carried in the compute type too (exact up to 2^24 in float: check_exact_in refuses what is past that), and a
+// captured tensor converts them to integers per lane. The backward of a node pushes an adjoint down the tree: to the score (dscore) and, as a
 // scatter-add, into the gradient buffer of each captured tensor that requires one. Modifiers are a handful
 // of nodes, so recomputing a child's value where a derivative needs it costs nothing worth a tape.
 #include <hwy/highway.h>
@@ -287,8 +287,11 @@ struct Gather : Base<(I::uses | ... | kCaptured)> {
       int64_t off_dense = 0, off = 0;
       bool inside = true;
       for (size_t k = 0; k < sizeof...(I); ++k) {
-        const int64_t v = int64_t(idx[k][l]);
-        inside &= v >= 0 && v < shape[k];
+        // In bounds and whole (a fractional index is an error, not a truncation), checked before converting.
+        const auto x = idx[k][l];
+        const bool good = x >= 0 && x < decltype(x)(shape[k]) && x == std::trunc(x);
+        const int64_t v = good ? int64_t(x) : 0;
+        inside &= good;
         off_dense = off_dense * shape[k] + v;
         off += v * strides[k];
       }
@@ -361,6 +364,38 @@ auto node::Captured<T>::operator()(const I&... i) const {
 template <class T>
 node::Captured<T> captured(const Tensor<T>& table) {
   return {table};
+}
+
+// Modifiers compute in the compute type A (float for float, bfloat16 and float16 inputs), so an index or a
+// captured integer (a document id) is exact only up to 2^digits (2^24 in float): past that, 16777217 reads or
+// compares as 16777216, silently. Refused instead: a captured tensor with a dim that long, or an integer one
+// holding such a value, and sequences or batches that long (what names the caller, e.g. "flex_attention").
+template <class A, class Mod>
+void check_exact_in(Mod mod, std::initializer_list<int64_t> sizes, const char* what) {
+  constexpr int64_t kExact = int64_t(1) << std::numeric_limits<A>::digits;
+  const char* type = std::is_same_v<A, float> ? "float" : "double";
+  for (int64_t n : sizes)
+    check<std::invalid_argument>(n <= kExact, what, ": a size of ", n, " is past 2^", std::numeric_limits<A>::digits,
+                                 ", beyond which ", type, " (the modifiers' compute type) does not hold every index");
+  mod.each_captured([&](auto& gather) {
+    using T = typename decltype(gather.table)::value_type;
+    const Tensor<T>& t = gather.table;
+    for (int64_t n : t.shape())
+      check<std::invalid_argument>(n <= kExact, what, ": a captured tensor of shape ", t.shape(), " has a dim past 2^",
+                                   std::numeric_limits<A>::digits, ", beyond which ", type,
+                                   " (the modifiers' compute type) does not hold every index");
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const Tensor<T> c = t.contiguous();
+      for (int64_t i = 0; i < c.numel(); ++i) {
+        const T v = c.data_ptr()[i];
+        check<std::invalid_argument>(int64_t(v) <= kExact && int64_t(v) >= -kExact, what, ": a captured ",
+                                     dtype_name(scalar_type_of<T>()), " tensor holds ", int64_t(v), ", past 2^",
+                                     std::numeric_limits<A>::digits, ", which ", type,
+                                     " (the modifiers' compute type) does not hold exactly (ids that differ would "
+                                     "compare equal); renumber the values");
+      }
+    }
+  });
 }
 
 template <node::Arith kOp, class X, class Y>
