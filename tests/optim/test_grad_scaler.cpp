@@ -64,6 +64,11 @@ TEST_CASE("GradScaler: unscale_ before clipping, once per iteration; state_dict;
   CHECK(optim::clip_grad_norm_(std::vector<Tensor<float>>{w}, 5.0) == doctest::Approx(10.0));
   CHECK_THROWS_AS(scaler.unscale_(opt), std::logic_error);
   CHECK(scaler.step(opt));  // does not unscale again
+  const std::vector<float> after_step = w.to_vector();
+  // A second step before update() is an error, as torch's, and leaves the parameters alone.
+  CHECK_THROWS_WITH_AS(scaler.step(opt), "GradScaler::step: already called on this optimizer since the last update()",
+                       std::logic_error);
+  CHECK(w.to_vector() == after_step);
   scaler.update();
   CHECK(w.to_vector()[0] == doctest::Approx(3.0 - 3.0));  // the clipped gradient [3, 4]
   CHECK(w.to_vector()[1] == doctest::Approx(4.0 - 4.0));

@@ -63,15 +63,19 @@ class GradScaler {
   }
 
   // Unscales (unless unscale_ did) and runs optimizer.step() unless a gradient was Inf or NaN. Returns whether
-  // the step ran.
+  // the step ran. Once per optimizer per iteration (as torch: a second call before update() is an error).
   template <class Opt>
   bool step(Opt& optimizer) {
     if (!o_.enabled) {
       optimizer.step();
       return true;
     }
+    check<std::logic_error>(!records_[&optimizer].stepped,
+                            "GradScaler::step: already called on this optimizer since the last update()");
     if (!records_[&optimizer].unscaled) unscale_(optimizer);
-    if (records_[&optimizer].found_inf) return false;
+    Record& r = records_[&optimizer];
+    r.stepped = true;
+    if (r.found_inf) return false;
     optimizer.step();
     return true;
   }
@@ -120,7 +124,7 @@ class GradScaler {
 
  private:
   struct Record {
-    bool unscaled = false, found_inf = false;
+    bool unscaled = false, stepped = false, found_inf = false;
   };
   GradScalerOptions o_;
   double scale_;
