@@ -124,6 +124,11 @@ TEST_CASE("scaled_dot_product_attention: float mask and is_causal equal PyTorch'
   CHECK_THROWS_AS(F::scaled_dot_product_attention(q4, k, v), ShapeError);
   CHECK_THROWS_AS(F::scaled_dot_product_attention(q, k, v, keep, 0.0, true), std::invalid_argument);
   CHECK_THROWS_AS(F::scaled_dot_product_attention(q, k, v, Tensor<bool>(), 1.0), std::invalid_argument);
+  // A mask that broadcasts with the scores but past them (a batch of 2 against q's 1) is named as sdpa's error.
+  const Tensor<bool> two_batches = ones<bool>({2, 1, q.size(2), k.size(2)});
+  CHECK_THROWS_WITH_AS(F::scaled_dot_product_attention(q.narrow(0, 0, 1), k.narrow(0, 0, 1), v.narrow(0, 0, 1),
+                                                       two_batches),
+                       doctest::Contains("does not broadcast to the scores' shape"), ShapeError);
 }
 
 TEST_CASE("scaled_dot_product_attention: dropout keeps the expectation and zeroes about p of the weights") {

@@ -96,7 +96,9 @@ Tensor<T> scaled_dot_product_attention(const Tensor<T>& query, const Tensor<T>& 
   check<ShapeError>(attn_mask.dim() <= 4, "scaled_dot_product_attention: attn_mask of shape ", attn_mask.shape(),
                     " has more than 4 dims");
   Shape target{B, H, Lq, Lkv};
-  broadcast_shapes(attn_mask.shape(), target, "scaled_dot_product_attention: attn_mask");
+  check<ShapeError>(broadcast_shapes(attn_mask.shape(), target, "scaled_dot_product_attention: attn_mask") == target,
+                    "scaled_dot_product_attention: attn_mask of shape ", attn_mask.shape(),
+                    " does not broadcast to the scores' shape ", target);
   Mask m = attn_mask;
   while (m.dim() < 4) m = m.unsqueeze(0);
   const bool per_b = m.size(0) != 1, per_h = m.size(1) != 1;
