@@ -7,7 +7,7 @@
 //
 // dtypes: '<f4' float, '<f8' double, '<f2' float16, '<i4' int32, '<i8' int64 and '|b1' bool, both ways. NumPy's uint8 and int8
 // ('|u1', '|i1': images, masks), which kiln has no dtype for, are read widened to int32, so such a file saved
-// back becomes '<i4'. Anything else (big-endian, float16, structured dtypes) and Fortran-order arrays are refused
+// back becomes '<i4'. Anything else (big-endian, structured dtypes) and Fortran-order arrays are refused
 // with an io::FormatError naming the file; bfloat16 tensors cannot be saved (NumPy has no bfloat16).
 #include <array>
 #include <filesystem>
