@@ -83,6 +83,15 @@ TEST_CASE("GradScaler: unscale_ before clipping, once per iteration; state_dict;
   CHECK(other.state_dict().at("_growth_tracker").as<int64_t>().item() == 1);
   CHECK_THROWS_AS(GradScaler(GradScalerOptions{.backoff_factor = 1.5}), std::invalid_argument);
 
+  // Growth past float's range keeps the scale (torch keeps it in float32 and does the same).
+  GradScaler near_max(GradScalerOptions{.init_scale = 0x1p127, .growth_interval = 1});
+  Tensor<float> u = leaf({1.0f});
+  optim::SGD<float> o3({u}, optim::SGDOptions(0.5));
+  near_max.scale(sum(u * 0.0f)).backward();
+  CHECK(near_max.step(o3));
+  near_max.update();
+  CHECK(near_max.get_scale() == 0x1p127);
+
   GradScaler off(GradScalerOptions{.enabled = false});
   Tensor<float> v = leaf({1.0f});
   optim::SGD<float> o2({v}, optim::SGDOptions(0.5));

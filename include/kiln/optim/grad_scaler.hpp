@@ -91,7 +91,8 @@ class GradScaler {
       scale_ *= o_.backoff_factor;
       growth_tracker_ = 0;
     } else if (++growth_tracker_ == o_.growth_interval) {
-      scale_ *= o_.growth_factor;
+      // As torch, which keeps the scale in float: a growth past float's range leaves it where it is.
+      if (std::isfinite(float(scale_ * o_.growth_factor))) scale_ *= o_.growth_factor;
       growth_tracker_ = 0;
     }
     records_.clear();
