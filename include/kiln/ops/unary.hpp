@@ -62,13 +62,13 @@ struct Sign : SameTypeOp {
   static constexpr std::string_view name = "sign";
   static constexpr int arity = 1;
   static constexpr OpInfo info{.cost = 2};
-  // PyTorch's: 0 for NaN and for both zeros (NumPy's sign passes NaN through; torch.sign does not).
-  template <class T> static T scalar(T x) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
+  // NaN passes through (std::-style propagation); zero keeps its sign.
+  template <class T> static T scalar(T x) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x); }
   template <class D, class V> HWY_INLINE static V simd(D d, V x) {
     const V zero = hn::Zero(d);
-    return hn::IfThenElse(hn::Gt(x, zero), hn::Set(d, hn::TFromD<D>(1)), hn::IfThenElseZero(hn::Lt(x, zero), hn::Set(d, hn::TFromD<D>(-1))));
+    return hn::IfThenElse(hn::Gt(x, zero), hn::Set(d, hn::TFromD<D>(1)), hn::IfThenElse(hn::Lt(x, zero), hn::Set(d, hn::TFromD<D>(-1)), x));
   }
-  static constexpr std::string_view cuda = "(($0 > 0) ? 1 : (($0 < 0) ? -1 : 0))";
+  static constexpr std::string_view cuda = "(($0 > 0) ? 1 : (($0 < 0) ? -1 : $0))";
   static auto grad(auto, auto, auto g) { return zeros_like(g); }
 };
 
