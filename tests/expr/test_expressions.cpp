@@ -265,7 +265,11 @@ TEST_CASE("in-place writes refuse a destination whose elements share memory (an 
   CHECK_THROWS_AS(e /= 2.0f, std::logic_error);
   CHECK_THROWS_WITH_AS(e.copy_(ones<float>({3, 4})), message, std::logic_error);
   CHECK_THROWS_AS(e.copy_(ones<float>({4})), std::logic_error);
-  CHECK_THROWS_AS(normal_(e), std::logic_error);
+  // A random fill is refused under its own name before it draws: the generator has not moved.
+  const PhiloxState drawn_before = default_generator().state();
+  CHECK_THROWS_WITH_AS(normal_(e), doctest::Contains("normal_: the destination of shape [3, 4]"), std::logic_error);
+  CHECK_THROWS_WITH_AS(bernoulli_(e), doctest::Contains("bernoulli_: the destination"), std::logic_error);
+  CHECK(default_generator().state().counter == drawn_before.counter);
   CHECK_THROWS_AS(e.select(1, 0) = ones<float>({3}), std::logic_error);
   CHECK_THROWS_AS(eval_all({&e}, e + 1.0f), std::logic_error);
   CHECK(x.to_vector() == std::vector<float>{0, 0, 0, 0});  // nothing was written

@@ -18,8 +18,10 @@ inline Generator& generator_or_default(Generator* gen) { return gen ? *gen : def
 
 // Runs fill(ptr, n) over t's elements in row-major order: in t's memory when it is contiguous, else into a
 // contiguous temporary that is then copied in, so a view gets the values a fresh tensor of its shape would.
+// An expanded destination is refused under op's name before anything is drawn (the generator does not move).
 template <Dtype T, class Fill>
-Tensor<T> fill_random(const Tensor<T>& t, Fill fill) {
+Tensor<T> fill_random(const Tensor<T>& t, const char* op, Fill fill) {
+  check_no_internal_overlap(t.impl(), op);
   Tensor<T> dst = t;
   if (dst.is_contiguous()) {
     fill(dst.data_ptr(), dst.numel());
@@ -41,7 +43,7 @@ template <Dtype T>
 Tensor<T> uniform_(const Tensor<T>& t, double from = 0, double to = 1, Generator* gen = nullptr) {
   static_assert(is_floating_v<T>, "kiln: uniform_ needs a floating dtype; use randint or random_ for integers");
   Generator& g = detail::generator_or_default(gen);
-  return detail::fill_random(t, [&](T* p, int64_t n) { fill_uniform(g, p, n, from, to); });
+  return detail::fill_random(t, "uniform_", [&](T* p, int64_t n) { fill_uniform(g, p, n, from, to); });
 }
 
 // Normal(mean, std) (t.normal_(mean, std)).
@@ -49,7 +51,7 @@ template <Dtype T>
 Tensor<T> normal_(const Tensor<T>& t, double mean = 0, double std = 1, Generator* gen = nullptr) {
   static_assert(is_floating_v<T>, "kiln: normal_ needs a floating dtype; use randint or random_ for integers");
   Generator& g = detail::generator_or_default(gen);
-  return detail::fill_random(t, [&](T* p, int64_t n) { fill_normal(g, p, n, mean, std); });
+  return detail::fill_random(t, "normal_", [&](T* p, int64_t n) { fill_normal(g, p, n, mean, std); });
 }
 
 // Integers in [from, to) (t.random_(from, to)).
@@ -59,13 +61,14 @@ Tensor<T> random_(const Tensor<T>& t, int64_t from, int64_t to, Generator* gen =
   if constexpr (std::is_same_v<T, bool>) {
     // fill_randint range-checks with std::cmp_less, which rejects bool: draw int32 in [from, to) and convert.
     check(from >= 0 && to <= 2, "random_: range [", from, ", ", to, ") does not fit bool");
+    detail::check_no_internal_overlap(t.impl(), "random_");
     Tensor<int32_t> tmp = empty<int32_t>(t.shape());
     fill_randint(g, tmp.data_ptr(), tmp.numel(), from, to);
     Tensor<T> dst = t;
     dst.copy_(tmp.template to<bool>());
     return dst;
   } else {
-    return detail::fill_random(t, [&](T* p, int64_t n) { fill_randint(g, p, n, from, to); });
+    return detail::fill_random(t, "random_", [&](T* p, int64_t n) { fill_randint(g, p, n, from, to); });
   }
 }
 // Integers in [0, to).
@@ -76,7 +79,7 @@ Tensor<T> random_(const Tensor<T>& t, int64_t to, Generator* gen = nullptr) { re
 template <Dtype T>
 Tensor<T> bernoulli_(const Tensor<T>& t, double p = 0.5, Generator* gen = nullptr) {
   Generator& g = detail::generator_or_default(gen);
-  return detail::fill_random(t, [&](T* q, int64_t n) { fill_bernoulli(g, q, n, p); });
+  return detail::fill_random(t, "bernoulli_", [&](T* q, int64_t n) { fill_bernoulli(g, q, n, p); });
 }
 
 // ---- factories --------------------------------------------------------------------------------
