@@ -192,8 +192,8 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
                     " used with q ", query.shape(), " and k ", key.shape());
   check<std::invalid_argument>(o.dropout_p >= 0 && o.dropout_p < 1, "flex_attention: dropout_p must be in [0, 1), got ",
                                o.dropout_p);
+  // (The block mask's mask_mod was checked by create_block_mask, against float's 2^24, the tighter bound.)
   check_exact_in<A>(score_mod, {g.B, g.Hq, g.Lq, g.Lkv}, "flex_attention");
-  check_exact_in<A>(bm.mask_mod, {}, "flex_attention");
   const double scale = o.scale.value_or(g.D > 0 ? 1.0 / std::sqrt(double(g.D)) : 1.0);
   flex::Dropout dropout{o.dropout_p};
   if (dropout.active()) {  // the counters bernoulli_ would reserve for the [B, Hq, Lq, Lkv] mask

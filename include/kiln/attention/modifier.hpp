@@ -10,8 +10,8 @@
 //
 // Value nodes give vectors of the compute type, boolean nodes (comparisons, &, |, !) give masks. Indices are
 // carried in the compute type too (exact up to 2^24 in float: check_exact_in refuses what is past that), and a
-// captured tensor converts them to integers per lane. The backward of a node pushes an adjoint down the tree: to the score (dscore) and, as a
-// scatter-add, into the gradient buffer of each captured tensor that requires one. Modifiers are a handful
+// captured tensor converts them to integers per lane. The backward of a node pushes an adjoint down the tree: to
+// the score (dscore) and, as a scatter-add, into the gradient buffer of each captured tensor that requires one. Modifiers are a handful
 // of nodes, so recomputing a child's value where a derivative needs it costs nothing worth a tape.
 #include <hwy/highway.h>
 

@@ -70,10 +70,9 @@ class GradScaler {
       optimizer.step();
       return true;
     }
-    check<std::logic_error>(!records_[&optimizer].stepped,
-                            "GradScaler::step: already called on this optimizer since the last update()");
-    if (!records_[&optimizer].unscaled) unscale_(optimizer);
-    Record& r = records_[&optimizer];
+    Record& r = records_[&optimizer];  // (unscale_ updates this same entry: a std::map's references stay valid)
+    check<std::logic_error>(!r.stepped, "GradScaler::step: already called on this optimizer since the last update()");
+    if (!r.unscaled) unscale_(optimizer);
     r.stepped = true;
     if (r.found_inf) return false;
     optimizer.step();
