@@ -48,7 +48,8 @@ class Checkpoint {
       out.emplace(it->first.substr(head.size()), it->second);
     return out;
   }
-  // The same, as Tensor<T> (a module's state_dict): DTypeError naming the entry when one holds another dtype.
+  // The same, as Tensor<T>: DTypeError naming the entry when one holds another dtype. A module takes section(prefix)
+  // itself, which also loads integer buffers such as PyTorch's int64 num_batches_tracked (nn::Module::load_state_dict).
   template <Dtype T>
   std::map<std::string, Tensor<T>> section(const std::string& prefix) const {
     std::map<std::string, Tensor<T>> out;

@@ -4,14 +4,18 @@
 // state_dict()/load_state_dict(), printing. Modules hold float tensors. A module with one input and one
 // output overrides forward(x), which is what Sequential chains; ModuleHolder (KILN_MODULE) gives
 // libtorch's handle style: `nn::Linear fc(784, 10); auto y = fc(x); fc->weight`.
+#include <bit>
+#include <concepts>
 #include <map>
 #include <memory>
 #include <ostream>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kiln/tensor/any_tensor.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::nn {
@@ -41,6 +45,15 @@ class Module {
   KILN_DECL std::map<std::string, Tensor<float>> state_dict() const;
   // Copies the values in; strict: every entry must match a parameter or buffer and cover them all.
   KILN_DECL void load_state_dict(const std::map<std::string, Tensor<float>>& state, bool strict = true);
+  // The same from entries of run-time dtypes, as files hold them (io::load_safetensors, io::Checkpoint::section),
+  // converting as PyTorch's load_state_dict does where nothing is lost: a float32 entry loads as above; an
+  // integer one (int32, int64) loads into a buffer when float32 holds each of its values exactly (PyTorch saves
+  // BatchNorm's num_batches_tracked as int64); any other dtype, or integers for a parameter, is a DTypeError
+  // naming the entry. A template only so that a braced list (`{{"w", t}}`) still means the overload above.
+  template <std::same_as<std::map<std::string, AnyTensor>> State>
+  void load_state_dict(const State& state, bool strict = true) {
+    load_any_state_dict(state, strict);
+  }
 
   const std::string& name() const { return name_; }
   // One line for this module (e.g. "Linear(in_features=4, out_features=2, bias=true)").
@@ -59,6 +72,7 @@ class Module {
  private:
   using Named = std::vector<std::pair<std::string, Tensor<float>>>;
   KILN_DECL void collect(Named& out, const std::string& prefix, bool recurse, Named Module::*which) const;
+  KILN_DECL void load_any_state_dict(const std::map<std::string, AnyTensor>& state, bool strict);
 
   std::string name_;
   bool training_ = true;
@@ -134,18 +148,46 @@ KILN_DECL std::map<std::string, Tensor<float>> Module::state_dict() const {
 }
 
 KILN_DECL void Module::load_state_dict(const std::map<std::string, Tensor<float>>& state, bool strict) {
+  load_any_state_dict(std::map<std::string, AnyTensor>(state.begin(), state.end()), strict);
+}
+
+KILN_DECL void Module::load_any_state_dict(const std::map<std::string, AnyTensor>& state, bool strict) {
   NoGradGuard no_grad;
+  // By name, as state_dict() lists them; true for a buffer.
+  std::map<std::string, std::pair<Tensor<float>, bool>> targets;
+  for (auto& [name, t] : named_parameters()) targets.emplace(name, std::pair(t, false));
+  for (auto& [name, t] : named_buffers()) targets.emplace(name, std::pair(t, true));
   size_t used = 0;
-  for (auto& [name, t] : state_dict()) {
+  for (auto& [name, target] : targets) {
     auto it = state.find(name);
     if (it == state.end()) {
       check<std::invalid_argument>(!strict, "load_state_dict: missing key \"", name, "\"");
       continue;
     }
-    check<ShapeError>(it->second.shape() == t.shape(), "load_state_dict: \"", name, "\" has shape ",
-                      it->second.shape(), ", the module's ", t.shape());
-    Tensor<float> target = t;
-    target.copy_(it->second);
+    const AnyTensor& entry = it->second;
+    check<std::invalid_argument>(entry.defined(), "load_state_dict: \"", name, "\" is undefined");
+    Tensor<float> t = target.first;
+    check<ShapeError>(entry.shape() == t.shape(), "load_state_dict: \"", name, "\" has shape ", entry.shape(),
+                      ", the module's ", t.shape());
+    if (entry.is<float>()) {
+      t.copy_(entry.as<float>());
+    } else {
+      // PyTorch copies across dtypes; kiln where nothing is lost: integers into a buffer, each value exact.
+      const bool integer = entry.is<int64_t>() || entry.is<int32_t>();
+      check<DTypeError>(integer && target.second, "load_state_dict: \"", name, "\" holds ", dtype_name(entry.dtype()),
+                        " values, the module's ", target.second ? "buffer" : "parameter", " float32",
+                        integer ? " (integer values load into buffers only)" : "; convert the entry first");
+      const Tensor<int64_t> values = (entry.is<int64_t>() ? entry.as<int64_t>() : entry.as<int32_t>().to<int64_t>())
+                                         .contiguous();
+      for (const int64_t v : std::span(values.data_ptr(), size_t(values.numel()))) {
+        // float32 holds v exactly when v has at most 24 significant bits.
+        const uint64_t m = v < 0 ? 0 - uint64_t(v) : uint64_t(v);
+        check<DTypeError>(m == 0 || (m >> std::countr_zero(m)) < (uint64_t(1) << 24), "load_state_dict: \"", name,
+                          "\" holds the ", dtype_name(entry.dtype()), " value ", v,
+                          ", which float32 cannot represent exactly");
+      }
+      t.copy_(values.to<float>());
+    }
     ++used;
   }
   check<std::invalid_argument>(!strict || used == state.size(), "load_state_dict: ", state.size() - used,
