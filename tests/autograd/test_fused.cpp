@@ -59,8 +59,13 @@ TEST_CASE_TEMPLATE_DEFINE("gradcheck of each binary op through the fused backwar
   if constexpr (ops::is_differentiable<Op>()) {
     const Tensor<double> a = sample(Op::info, {2, 3}, 3);
     const Tensor<double> b = sample(Op::info, {3}, 4);  // broadcast over rows
-    const auto result = autograd::gradcheck(
-        [](const std::vector<Tensor<double>>& in) { return Tensor<double>(map<Op>(in[0], in[1]) * 1.5); }, {a, b});
+    autograd::GradcheckResult result;
+    if constexpr (number_second_operand<Op>())  // a number bound, where sample() keeps a away from (0.5)
+      result = autograd::gradcheck(
+          [](const std::vector<Tensor<double>>& in) { return Tensor<double>(map<Op>(in[0], 0.5) * 1.5); }, {a});
+    else
+      result = autograd::gradcheck(
+          [](const std::vector<Tensor<double>>& in) { return Tensor<double>(map<Op>(in[0], in[1]) * 1.5); }, {a, b});
     INFO(Op::name, ": ", result.message);
     CHECK(result.ok);
   }

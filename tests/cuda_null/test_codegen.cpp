@@ -177,12 +177,20 @@ void add_binary_backward(ShimSuite& ks) {
   if constexpr (ops::is_differentiable<Op>() && accepts<Op, float>()) {
     const std::vector<float> a = gradient_inputs(Op::info, 40, 9), b = gradient_inputs(Op::info, 40, 10);
     const std::vector<float> g = domain_samples<float>(-1, 1, 40, 11);
-    add_backward(ks, std::string(Op::name), map<Op>(tensor<float>(a), tensor<float>(b)), tensor<float>(g),
-                 [=](size_t leaf, size_t i) {
-                   const double ai = a[i], bi = b[i];
-                   const auto grads = Op::grad(ai, bi, Op::scalar(ai, bi), double(g[i]));
-                   return double(leaf == 0 ? std::get<0>(grads) : std::get<1>(grads));
-                 });
+    if constexpr (number_second_operand<Op>()) {  // a number bound (a descriptor word), away from a's (0.5)
+      add_backward(ks, std::string(Op::name), map<Op>(tensor<float>(a), 0.5f), tensor<float>(g),
+                   [=](size_t, size_t i) {
+                     const double ai = a[i];
+                     return double(std::get<0>(Op::grad(ai, 0.5, Op::scalar(ai, 0.5), double(g[i]))));
+                   });
+    } else {
+      add_backward(ks, std::string(Op::name), map<Op>(tensor<float>(a), tensor<float>(b)), tensor<float>(g),
+                   [=](size_t leaf, size_t i) {
+                     const double ai = a[i], bi = b[i];
+                     const auto grads = Op::grad(ai, bi, Op::scalar(ai, bi), double(g[i]));
+                     return double(leaf == 0 ? std::get<0>(grads) : std::get<1>(grads));
+                   });
+    }
   }
 }
 
@@ -277,6 +285,7 @@ ShimSuite& kernels() {
   static const bool filled = [] {
     KILN_UNARY_OPS(KILN_ADD_UNARY)
     KILN_BINARY_OPS(KILN_ADD_BINARY)
+    KILN_BINARY_NUMBER_OPS(KILN_ADD_BINARY)
     add_expressions(ks);
     add_many_leaves(ks);
     return true;

@@ -24,8 +24,19 @@ struct drop_first<std::tuple<First, Rest...>> {
 
 #define KILN_TEST_AS_TYPE(fn, Op) , ::kiln::ops::Op
 using UnaryOps = drop_first<std::tuple<void KILN_UNARY_OPS(KILN_TEST_AS_TYPE)>>::type;
-using BinaryOps = drop_first<std::tuple<void KILN_BINARY_OPS(KILN_TEST_AS_TYPE)>>::type;
+// The binary entries, with those whose second operand is always a number (KILN_BINARY_NUMBER_OPS).
+using BinaryOps =
+    drop_first<std::tuple<void KILN_BINARY_OPS(KILN_TEST_AS_TYPE) KILN_BINARY_NUMBER_OPS(KILN_TEST_AS_TYPE)>>::type;
 #undef KILN_TEST_AS_TYPE
+
+// A binary entry whose derivative has no gradient for its second operand (no_grad): that operand is a number
+// (KILN_BINARY_NUMBER_OPS), so the gradient tests give it one and check the first operand's gradient only.
+template <class Op>
+constexpr bool number_second_operand() {
+  if constexpr (ops::is_differentiable<Op>())
+    return std::is_same_v<std::remove_cvref_t<std::tuple_element_t<1, decltype(Op::grad(1.0, 2.0, 2.0, 1.0))>>, NoGrad>;
+  else return false;
+}
 
 // Which dtypes an op accepts, from its kind.
 template <class Op, class T>

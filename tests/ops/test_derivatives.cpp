@@ -69,14 +69,19 @@ TEST_CASE_TEMPLATE_DEFINE("binary derivative matches finite differences", Op, bi
       if (std::abs(a - b) < 1e-2) continue;  // min/max switch there
       const double y = Op::template scalar<double>(a, b);
       const double g = -1.25;
-      const auto [da, db] = Op::grad(a, b, y, g);
+      const auto grads = Op::grad(a, b, y, g);
+      const double da = std::get<0>(grads);
+      // A number second operand (clamp's bound) has no gradient: its derivative is not checked.
+      double db = 0;
+      if constexpr (!number_second_operand<Op>()) db = std::get<1>(grads);
       const Difference want_a = central_difference([&](double v) { return Op::template scalar<double>(v, b); }, a);
       const Difference want_b = central_difference([&](double v) { return Op::template scalar<double>(a, v); }, b);
-      if ((!close(da, want_a, g) || !close(db, want_b, g)) && ++failures <= 3) {
+      const bool b_ok = number_second_operand<Op>() || close(db, want_b, g);
+      if ((!close(da, want_a, g) || !b_ok) && ++failures <= 3) {
         INFO(Op::name, "(", a, ", ", b, "): derivative gives (", da, ", ", db, "), finite differences (",
              g * want_a.value, ", ", g * want_b.value, ")");
         CHECK(close(da, want_a, g));
-        CHECK(close(db, want_b, g));
+        CHECK(b_ok);
       }
     }
     CHECK(failures == 0);

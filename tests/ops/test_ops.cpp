@@ -206,4 +206,20 @@ TEST_CASE_TEMPLATE_DEFINE("binary op: fused result against its reference", Op, b
 }
 TEST_CASE_TEMPLATE_APPLY(binary_ops, BinaryOps);
 
+TEST_CASE("clamp's number-bound entries are in the table-driven lists") {
+  // clamp_min / clamp_max / clamp with number bounds build ops::ClampMin and ClampMax (KILN_BINARY_NUMBER_OPS),
+  // so every table-driven test (these, the derivatives, gradcheck, CUDA codegen) runs them too.
+  const auto listed = []<class Op>(std::type_identity<Op>) {
+    return []<class... Ops>(std::type_identity<std::tuple<Ops...>>) {
+      return (std::is_same_v<Op, Ops> || ...);
+    }(std::type_identity<BinaryOps>{});
+  };
+  const Tensor<float> x = zeros<float>({3});
+  CHECK(listed(std::type_identity<typename decltype(clamp_min(x, 0.5))::op_type>{}));
+  CHECK(listed(std::type_identity<typename decltype(clamp_max(x, 0.5))::op_type>{}));
+  CHECK(listed(std::type_identity<typename decltype(clamp(x, -0.5, 0.5))::op_type>{}));
+  CHECK(number_second_operand<ops::ClampMin>());
+  CHECK(!number_second_operand<ops::Maximum>());
+}
+
 }  // namespace test_ops_ops

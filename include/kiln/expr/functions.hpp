@@ -93,8 +93,7 @@ namespace ops {
 KILN_UNARY_OPS(KILN_CHECK_SPEC)
 KILN_BINARY_OPS(KILN_CHECK_SPEC)
 KILN_TERNARY_OPS(KILN_CHECK_SPEC)
-KILN_CHECK_SPEC(clamp_min, ClampMin)
-KILN_CHECK_SPEC(clamp_max, ClampMax)
+KILN_BINARY_NUMBER_OPS(KILN_CHECK_SPEC)
 }  // namespace ops
 
 // ---- composite ops: expansions, so SIMD, CUDA and the gradient come from their parts ----------

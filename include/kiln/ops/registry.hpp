@@ -1,6 +1,6 @@
 #pragma once
 // The op table's lists. A new op is one struct in unary.hpp/binary.hpp plus one line here; the
-// public functions, the op tests and the docs are generated from these lists.
+// public functions, the op tests and the docs are generated from these lists (KILN_BINARY_NUMBER_OPS: tests only).
 #include "kiln/ops/binary.hpp"
 
 // X(function name, op struct)
@@ -17,6 +17,13 @@
   X(logical_and, LogicalAnd) X(logical_or, LogicalOr) X(logical_xor, LogicalXor)
 
 #define KILN_TERNARY_OPS(X) X(where, Where)
+
+// Binary entries whose second operand is always a plain number (a Scalar node), so it has no gradient (no_grad):
+// clamp_min / clamp_max with a number bound. No function is generated from this list: the composites clamp_min,
+// clamp_max and clamp (expr/functions.hpp) pick these entries for number bounds and maximum / minimum for tensor
+// bounds. The OpSpec checks and the table-driven tests (ops, derivatives, gradcheck, CUDA codegen) include them,
+// with a number as the second operand where a gradient is checked.
+#define KILN_BINARY_NUMBER_OPS(X) X(clamp_min, ClampMin) X(clamp_max, ClampMax)
 
 namespace kiln::ops {
 #define KILN_CHECK_SPEC(fn, Op) static_assert(OpSpec<Op>, "kiln: op table entry " #Op " is incomplete");
