@@ -136,6 +136,37 @@ TEST_CASE("flex_attention backward: float and bfloat16 gradients against float64
   for (size_t i = 0; i < 3; ++i) CHECK(within(h[i], rounded[i], 0x1p-7, 1e-2));
 }
 
+TEST_CASE("flex_attention: head dims of whole vectors (kiln/cpu/gemm_tile.hpp's products) against the materialized path") {
+  // D = 32 and Dv = 48 take the in-place tile products forward (P V) and backward (dV, dQ, dK) in float and
+  // double; the reference is materialized_attention in float64 (Eigen's GEMM, softmax, autograd). Row counts
+  // leave a ragged last block (45 and 53 are not multiples of its 6 rows, nor of the 16-row tiles); dense (one
+  // tile) and causal (16 x 16 tiles), GQA.
+  Generator g(29);
+  const int64_t Lq = 45, Lkv = 53, D = 32, Dv = 48;
+  const Tensor<double> q = randn<double>({2, 4, Lq, D}, &g), k = randn<double>({2, 2, Lkv, D}, &g),
+                       v = randn<double>({2, 2, Lkv, Dv}, &g), dout = randn<double>({2, 4, Lq, Dv}, &g);
+  const auto bm = at::create_block_mask(at::causal(), 1, 1, Lq, Lkv, 16, 16);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    auto run = [&]<class T>(const Tensor<T>& a0, const Tensor<T>& b0, const Tensor<T>& c0, bool materialized) {
+      std::vector<Tensor<T>> x{a0.detach().clone(), b0.detach().clone(), c0.detach().clone()};
+      for (auto& t : x) t.requires_grad_();
+      const Tensor<T> out =
+          materialized ? at::materialized_attention(x[0], x[1], x[2], Tensor<bool>(), 0.0, causal).output
+          : causal     ? at::flex_attention(x[0], x[1], x[2], at::NoScoreMod{}, bm, {.enable_gqa = true})
+                       : at::flex_attention(x[0], x[1], x[2], at::NoScoreMod{}, {.enable_gqa = true});
+      out.backward(dout.to<T>());
+      return std::vector<std::vector<double>>{values(out), values(x[0].grad()), values(x[1].grad()), values(x[2].grad())};
+    };
+    const auto exact = run(q, k, v, true), d = run(q, k, v, false), f = run(q.to<float>(), k.to<float>(), v.to<float>(), false);
+    for (size_t i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(within(d[i], exact[i], 1e-10, 1e-12));
+      CHECK(within(f[i], exact[i], 1e-4, 1e-5));
+    }
+  }
+}
+
 TEST_CASE("flex_attention backward: a frozen k and v get no gradient, q's is the same") {
   auto all = qkv(kH, kH, 18);
   auto only_q = std::vector<Tensor<double>>{all[0].clone(), all[1].clone(), all[2].clone()};

@@ -1,5 +1,6 @@
 // Tests for kiln/cpu/gemm.hpp against a naive triple loop in double.
 #include <kiln/cpu/gemm.hpp>
+#include <kiln/cpu/gemm_tile.hpp>
 
 #include <doctest/doctest.h>
 
@@ -419,6 +420,45 @@ TEST_CASE_TEMPLATE("gemm: few columns (or rows) of C through the narrow kernel",
   }
   omp_set_num_threads(saved);
 #endif
+}
+
+// kiln/cpu/gemm_tile.hpp (flex_attention's in-place tile products): C += A B against a double-precision loop,
+// A read as a tile and as a transposed one, padded row strides, row counts around its 6-row block and column
+// counts of 1 to 5 vectors (the remainders after its 4-vector block), depths past its 128-step chunks; the
+// padding of C stays untouched.
+TEST_CASE_TEMPLATE("gemm_tile: C += A B in place, every remainder of its register block", T, float, double) {
+  namespace gt = kiln::HWY_NAMESPACE::gemm_tile;
+  const int64_t lanes = int64_t(hwy::HWY_NAMESPACE::Lanes(hwy::HWY_NAMESPACE::ScalableTag<T>()));
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int64_t M : {1, 5, 6, 7, 13, 45})
+    for (int64_t vectors = 1; vectors <= 5; ++vectors)
+      for (int64_t K : {1, 17, 300})  // 300: three chunks of kDepth
+        for (bool transposed : {false, true}) {
+          CAPTURE(M);
+          CAPTURE(vectors);
+          CAPTURE(K);
+          CAPTURE(transposed);
+          const int64_t N = vectors * lanes, lda = (transposed ? M : K) + 3, ldb = N + 5, ldc = N + 2;
+          std::vector<T> a(size_t((transposed ? K : M) * lda)), b(size_t(K * ldb)), c(size_t(M * ldc));
+          for (auto* x : {&a, &b, &c})
+            for (T& e : *x) e = T(u(rng));
+          const std::vector<T> c0 = c;
+          const gt::Operand<T> op = transposed ? gt::Operand<T>{a.data(), 1, lda} : gt::Operand<T>{a.data(), lda, 1};
+          REQUIRE(gt::fits<T>(N));
+          gt::multiply(M, N, K, op, b.data(), ldb, c.data(), ldc);
+          int wrong = 0;
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < ldc; ++j) {
+              double want = double(c0[size_t(i * ldc + j)]);
+              if (j < N)
+                for (int64_t k = 0; k < K; ++k) want += double(op.data[i * op.rs + k * op.cs]) * double(b[size_t(k * ldb + j)]);
+              const double got = double(c[size_t(i * ldc + j)]);
+              wrong += j < N ? std::abs(got - want) > 1e-5 * (1 + std::abs(want)) : got != want;
+            }
+          CHECK(wrong == 0);
+        }
+  CHECK(!gt::fits<T>(lanes + 1));
 }
 
 }  // namespace test_cpu_gemm

@@ -25,6 +25,7 @@
 #include "kiln/attention/block_mask.hpp"
 #include "kiln/core/generator.hpp"
 #include "kiln/cpu/gemm.hpp"
+#include "kiln/cpu/gemm_tile.hpp"
 #include "kiln/cpu/parallel.hpp"
 #include "kiln/tensor/softmax.hpp"
 
@@ -76,6 +77,14 @@ Tile<A> tile(A* p, int64_t rows, int64_t cols, int64_t ld) {
 
 template <class A>
 using ConstTile = Eigen::Map<const RowMajor<A>, 0, Eigen::OuterStride<>>;
+
+// C += A B in gemm_tile.hpp's kernel, which reads the tiles in place (Eigen's GEMM would pack both): A's
+// element (i, k) at a.data[i * a.rs + k * a.cs], so a tile or its transpose; K the inner extent. The caller
+// checks gemm_tile::fits for C's columns.
+template <class A>
+void add_product(Tile<A> C, gemm_tile::Operand<A> a, int64_t K, const ConstTile<A>& B) {
+  gemm_tile::multiply(C.rows(), C.cols(), K, a, B.data(), B.outerStride(), C.data(), C.outerStride());
+}
 
 // Rows [l0, l0 + n) of (b, h) as a matrix: in place when T is the compute type, else converted into buf.
 template <class T, class A>
@@ -235,7 +244,9 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
         }
         for (int64_t i = 0; i < r; ++i)
           if (w.alpha[i] != A(1)) O.row(i) *= w.alpha[i];
-        O.noalias() += Sm * operand(v, b, hk, k0, c, g.Dv, w.v);
+        const auto V = operand(v, b, hk, k0, c, g.Dv, w.v);
+        if (gemm_tile::fits<A>(g.Dv)) add_product(O, {w.s.data(), ld, 1}, c, V);
+        else O.noalias() += Sm * V;
       }
       for (int64_t i = 0; i < r; ++i) {
         T* o = out + ((b * g.Hq + h) * g.Lq + q0 + i) * g.Dv;
@@ -287,6 +298,8 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
 #endif
     const hn::ScalableTag<A> d;
     const int64_t N = int64_t(hn::Lanes(d));
+    // dV's rows and dQ's, dK's: whole vectors, so gemm_tile.hpp's kernel takes the three products into them.
+    const bool tile_rows = gemm_tile::fits<A>(g.Dv) && gemm_tile::fits<A>(g.D);
 #pragma omp for schedule(dynamic)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t hk = u % g.Hkv, b = u / g.Hkv;
@@ -325,8 +338,9 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
               std::copy(w.p.begin(), w.p.begin() + r * ld, w.pd.begin());
               for (int64_t i = 0; i < r; ++i) apply_dropout(w.pd.data() + i * ld, c, drop, g, b, h, q0 + i, k0);
             }
-            tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv).noalias() +=
-                tile(drop.active() ? w.pd.data() : w.p.data(), r, c, ld).transpose() * dO;
+            A* p_used = drop.active() ? w.pd.data() : w.p.data();  // dV += P^T dO
+            if (tile_rows) add_product(tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv), {p_used, 1, ld}, r, dO);
+            else tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv).noalias() += tile(p_used, r, c, ld).transpose() * dO;
             dP.noalias() = dO * V.transpose();
             for (int64_t i = 0; i < r; ++i) {
               const A* p = w.p.data() + i * ld;
@@ -349,8 +363,14 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
                 }
               }
             }
-            tile(w.dq.data() + q0 * g.D, r, g.D, g.D).noalias() += dP * K;
-            tile(w.dk.data() + k0 * g.D, c, g.D, g.D).noalias() += dP.transpose() * Q;
+            auto dQ = tile(w.dq.data() + q0 * g.D, r, g.D, g.D), dK = tile(w.dk.data() + k0 * g.D, c, g.D, g.D);
+            if (tile_rows) {
+              add_product(dQ, {w.dp.data(), ld, 1}, c, K);
+              add_product(dK, {w.dp.data(), 1, ld}, r, Q);
+            } else {
+              dQ.noalias() += dP * K;
+              dK.noalias() += dP.transpose() * Q;
+            }
           }
         }
         if (dq)
