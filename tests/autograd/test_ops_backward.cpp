@@ -320,4 +320,33 @@ TEST_CASE("clamp, clamp_min and clamp_max: PyTorch's gradient at the bounds") {
   check_grad(th, {0, 0, 0, 1, 0, 0, 1, 1, 0, 1, .5, 0, 1, 0, 0, 1, 1, 0, 1, 1, .5, 1, 1, .5, 1, 1, 0});
 }
 
+TEST_CASE("maximum, minimum and clamp at NaN and at ties: PyTorch's gradients") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto grads = [](auto f, const std::vector<std::vector<double>>& values) {
+    std::vector<Tensor<double>> in;
+    for (const auto& v : values) in.push_back(tensor<double>(v).requires_grad_());
+    sum(Tensor<double>(f(in))).backward();
+    return in;
+  };
+  // maximum / minimum: every input gets g where either is NaN, half of it at a tie.
+  const std::vector<double> a{nan, 1, 2, 3, nan}, b{1, nan, 2, 1, nan};
+  auto mx = grads([](const auto& t) { return maximum(t[0], t[1]); }, {a, b});
+  check_grad(mx[0], {1, 1, .5, 1, 1});  // PyTorch 2.15's
+  check_grad(mx[1], {1, 1, .5, 0, 1});
+  auto mn = grads([](const auto& t) { return minimum(t[0], t[1]); }, {a, b});
+  check_grad(mn[0], {1, 1, .5, 0, 1});
+  check_grad(mn[1], {1, 1, .5, 1, 1});
+  // clamp_min / clamp_max with a tensor bound are maximum / minimum.
+  const std::vector<double> x{-1, 0, 1, nan, 1}, bound{0, 0, 0, 0, nan};
+  auto cmin = grads([](const auto& t) { return clamp_min(t[0], t[1]); }, {x, bound});
+  check_grad(cmin[0], {0, .5, 1, 1, 1});
+  check_grad(cmin[1], {1, .5, 0, 1, 1});
+  auto cmax = grads([](const auto& t) { return clamp_max(t[0], t[1]); }, {x, bound});
+  check_grad(cmax[0], {1, .5, 0, 1, 1});
+  check_grad(cmax[1], {0, .5, 1, 1, 1});
+  // Number bounds: no gradient at NaN.
+  auto cn = grads([](const auto& t) { return clamp(t[0], -1.0, 1.0); }, {{nan, 0.5}});
+  check_grad(cn[0], {0, 1});
+}
+
 }  // namespace test_autograd_ops_backward

@@ -98,6 +98,27 @@ TEST_CASE("ties of minimum and maximum split the gradient, as PyTorch") {
   CHECK(mb == 0.0);
 }
 
+TEST_CASE("minimum and maximum pass the gradient to both inputs where either is NaN, as PyTorch") {
+  // PyTorch's rule: where(a == b, g / 2, g).masked_fill_(a < b, 0) for maximum's a (a > b for minimum's): no
+  // comparison holds at NaN, so each input gets all of g.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (auto [a, b] : {std::pair{nan, 1.0}, std::pair{1.0, nan}, std::pair{nan, nan}}) {
+    INFO(a, ", ", b);
+    const auto [ma, mb] = ops::Maximum::grad(a, b, nan, 1.0);
+    const auto [na, nb] = ops::Minimum::grad(a, b, nan, 1.0);
+    CHECK(ma == 1.0);
+    CHECK(mb == 1.0);
+    CHECK(na == 1.0);
+    CHECK(nb == 1.0);
+  }
+  const auto [ma, mb] = ops::Maximum::grad(1.0, 3.0, 3.0, 1.0);
+  CHECK(ma == 0.0);
+  CHECK(mb == 1.0);
+  const auto [na, nb] = ops::Minimum::grad(1.0, 3.0, 1.0, 1.0);
+  CHECK(na == 1.0);
+  CHECK(nb == 0.0);
+}
+
 TEST_CASE("where routes the gradient to the chosen branch") {
   const auto [dc, da, db] = ops::Where::grad(true, 1.0, 2.0, 1.0, 5.0);
   CHECK(std::is_same_v<std::remove_cvref_t<decltype(dc)>, NoGrad>);

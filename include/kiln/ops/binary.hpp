@@ -89,7 +89,9 @@ struct Pow : FloatOp {
   }
 };
 
-// minimum / maximum propagate NaN (torch.minimum); at ties each input gets half the gradient.
+// minimum / maximum propagate NaN (torch.minimum). Their gradient is PyTorch's (derivatives.yaml: maximum's self
+// gets where(self == other, grad / 2, grad).masked_fill_(self < other, 0)): at ties each input gets half of it, and
+// where either input is NaN (no comparison holds) both get all of it.
 struct Minimum : SameTypeOp {
   static constexpr std::string_view name = "minimum";
   static constexpr int arity = 2;
@@ -106,7 +108,7 @@ struct Minimum : SameTypeOp {
   }
   static constexpr std::string_view cuda = "(($0 != $0 || $1 != $1) ? ($0 + $1) : min($0, $1))";
   static auto grad(auto a, auto b, auto, auto g) {
-    return std::tuple{where(a < b, g, where(a == b, g / 2, 0)), where(b < a, g, where(a == b, g / 2, 0))};
+    return std::tuple{where(a > b, 0, where(a == b, g / 2, g)), where(b > a, 0, where(a == b, g / 2, g))};
   }
 };
 
@@ -126,7 +128,7 @@ struct Maximum : SameTypeOp {
   }
   static constexpr std::string_view cuda = "(($0 != $0 || $1 != $1) ? ($0 + $1) : max($0, $1))";
   static auto grad(auto a, auto b, auto, auto g) {
-    return std::tuple{where(a > b, g, where(a == b, g / 2, 0)), where(b > a, g, where(a == b, g / 2, 0))};
+    return std::tuple{where(a < b, 0, where(a == b, g / 2, g)), where(b < a, 0, where(a == b, g / 2, g))};
   }
 };
 
