@@ -90,6 +90,33 @@ TEST_CASE("MultiheadAttention: cross-attention with key_padding_mask and a bool 
   CHECK_THROWS_WITH_AS(mha(q, kv, q), doctest::Contains("MultiheadAttention: expected"), ShapeError);
 }
 
+TEST_CASE("MultiheadAttention: is_causal is a hint that needs attn_mask, as PyTorch's") {
+  nn::MultiheadAttention mha = fixture_module();
+  const Tensor<float> x = get("self.x");
+  const int64_t l = x.size(0);
+  Tensor<bool> above = empty<bool>({l, l});  // true where attention is not allowed: the causal mask
+  for (int64_t i = 0; i < l; ++i)
+    for (int64_t j = 0; j < l; ++j) above.data_ptr()[i * l + j] = j > i;
+  // PyTorch: "Need attn_mask if specifying the is_causal hint", with or without need_weights or key_padding_mask.
+  for (bool need_weights : {true, false}) {
+    CHECK_THROWS_WITH_AS(mha(x, x, x, Tensor<bool>(), need_weights, Tensor<float>(), true, /*is_causal=*/true),
+                         doctest::Contains("MultiheadAttention: is_causal"), std::invalid_argument);
+  }
+  CHECK_THROWS_AS(mha(x, x, x, Tensor<bool>(zeros<bool>({x.size(1), l})), false, Tensor<float>(), true, true),
+                  std::invalid_argument);
+  // With the mask it is the masked attention, on every path: the hint alone (no key_padding_mask, no weights: the
+  // causal flex path in the mask's place), the weights' path, and with a key_padding_mask.
+  const auto [want, want_weights] = mha(x, x, x, Tensor<bool>(), true, above);
+  const auto [hinted, none] = mha(x, x, x, Tensor<bool>(), false, above, true, true);
+  CHECK(within(values(hinted), values(want), 1e-5, 1e-6));
+  const auto [weighted, weights] = mha(x, x, x, Tensor<bool>(), true, above, true, true);
+  CHECK(within(values(weighted), values(want), 1e-5, 1e-6));
+  CHECK(within(values(weights), values(want_weights), 1e-5, 1e-6));
+  const Tensor<bool> kpm = zeros<bool>({x.size(1), l});
+  const auto [padded, none2] = mha(x, x, x, kpm, false, above, true, true);
+  CHECK(within(values(padded), values(want), 1e-5, 1e-6));
+}
+
 TEST_CASE("MultiheadAttention: batch_first gives the same result on transposed inputs") {
   nn::MultiheadAttention mha = fixture_module();
   nn::MultiheadAttention bf(nn::MultiheadAttentionOptions(8, 2).batch_first(true));

@@ -6,7 +6,9 @@
 // unless average_attn_weights is false) are computed only with need_weights, which materializes the
 // probabilities; otherwise the attention is flex_attention, with dropout in training fused into it. Masks follow PyTorch's module
 // (not F.scaled_dot_product_attention): a bool attn_mask [L, S] or [N * H, L, S] and key_padding_mask [N, S]
-// are true where attention is NOT allowed; a float attn_mask is added to the scores.
+// are true where attention is NOT allowed; a float attn_mask is added to the scores. is_causal is PyTorch's hint
+// that attn_mask is the causal mask: it needs that mask (std::invalid_argument without one, as PyTorch's
+// RuntimeError), and without key_padding_mask and need_weights the causal flex path runs in the mask's place.
 // forward_flex(query, key, value, score_mod, block_mask) takes a flex_attention modifier instead of masks.
 #include <cmath>
 #include <tuple>
@@ -140,6 +142,9 @@ class MultiheadAttentionImplT : public Module {
                                                   const Tensor<float>& value, const Tensor<bool>& key_padding_mask,
                                                   bool need_weights, Tensor<float> mask, bool average_attn_weights,
                                                   bool is_causal) {
+    check<std::invalid_argument>(!is_causal || mask.defined(),
+                                 "MultiheadAttention: is_causal is a hint that attn_mask is the causal mask and needs "
+                                 "that attn_mask (as PyTorch); pass it (true above the diagonal), or is_causal = false");
     const auto [q, k, v] = project(query, key, value);
     const int64_t n = q.size(0), h = q.size(1), l = q.size(2), s = k.size(2);
     if (mask.defined()) {
@@ -157,10 +162,12 @@ class MultiheadAttentionImplT : public Module {
     }
     const double dropout = is_training() ? options.dropout_ : 0.0;
     if (need_weights) {
-      const auto r = attention::materialized_attention(q, k, v, mask, dropout, is_causal && !mask.defined());
+      const auto r = attention::materialized_attention(q, k, v, mask, dropout);
       return {finish(r.output), average_attn_weights ? mean(r.weights, {1}) : r.weights};
     }
-    return {finish(functional::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal && !mask.defined())), {}};
+    // PyTorch takes the hint where the mask is attn_mask alone: the causal path (its empty tiles skipped) instead.
+    const bool causal = is_causal && !key_padding_mask.defined();
+    return {finish(functional::scaled_dot_product_attention(q, k, v, causal ? Tensor<float>() : mask, dropout, causal)), {}};
   }
 };
 using MultiheadAttentionImpl = MultiheadAttentionImplT<>;
