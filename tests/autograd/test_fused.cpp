@@ -278,6 +278,33 @@ TEST_CASE("in-place writes involving tensors that require grad are refused with 
   CHECK(x.to_vector()[0] == doctest::Approx(0.9f));
 }
 
+TEST_CASE("random fills into a tensor that requires grad are refused as copy_ is, before they draw") {
+  // torch: "a leaf Variable that requires grad is being used in an in-place operation" (uniform_, normal_,
+  // random_, bernoulli_ alike); inside no_grad the fill is allowed (initializing parameters).
+  Tensor<float> w = zeros<float>({2, 3});
+  w.requires_grad_();
+  const uint64_t version = w.version();
+  Generator g(7);
+  const uint64_t offset = g.offset();
+  const auto refused = [](const char* op) {
+    return doctest::Contains(doctest::String(op) + ": in-place writes to or from tensors that require grad");
+  };
+  CHECK_THROWS_WITH_AS(uniform_(w, 0, 1, &g), refused("uniform_"), std::logic_error);
+  CHECK_THROWS_WITH_AS(normal_(w, 0, 1, &g), refused("normal_"), std::logic_error);
+  CHECK_THROWS_WITH_AS(random_(w, 0, 5, &g), refused("random_"), std::logic_error);
+  CHECK_THROWS_WITH_AS(bernoulli_(w, 0.5, &g), refused("bernoulli_"), std::logic_error);
+  CHECK_THROWS_WITH_AS(uniform_(w.t(), 0, 1, &g), refused("uniform_"), std::logic_error);  // a view of it
+  CHECK(g.offset() == offset);  // nothing drawn
+  CHECK(w.version() == version);
+  CHECK(w.to_vector() == std::vector<float>(6, 0.0f));
+  {
+    NoGradGuard no_grad;
+    uniform_(w, 1, 2, &g);
+  }
+  for (float v : w.to_vector()) CHECK((v >= 1 && v < 2));
+  CHECK(w.requires_grad());
+}
+
 TEST_CASE("gradients flow through dtype conversions") {
   Tensor<double> x = tensor<double>({0.5, -1.5, 2.0});
   x.requires_grad_();

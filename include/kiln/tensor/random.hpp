@@ -18,10 +18,16 @@ inline Generator& generator_or_default(Generator* gen) { return gen ? *gen : def
 
 // Runs fill(ptr, n) over t's elements in row-major order: in t's memory when it is contiguous, else into a
 // contiguous temporary that is then copied in, so a view gets the values a fresh tensor of its shape would.
-// An expanded destination is refused under op's name before anything is drawn (the generator does not move).
+// An expanded destination, or one that requires grad in grad mode (as copy_ refuses), is refused under op's name
+// before anything is drawn (the generator does not move).
+template <Dtype T>
+void check_random_destination(const Tensor<T>& t, const char* op) {
+  check_no_internal_overlap(t.impl(), op);
+  check_untracked_write(t.impl(), op);
+}
 template <Dtype T, class Fill>
 Tensor<T> fill_random(const Tensor<T>& t, const char* op, Fill fill) {
-  check_no_internal_overlap(t.impl(), op);
+  check_random_destination(t, op);
   Tensor<T> dst = t;
   if (dst.is_contiguous()) {
     fill(dst.data_ptr(), dst.numel());
@@ -61,7 +67,7 @@ Tensor<T> random_(const Tensor<T>& t, int64_t from, int64_t to, Generator* gen =
   if constexpr (std::is_same_v<T, bool>) {
     // fill_randint range-checks with std::cmp_less, which rejects bool: draw int32 in [from, to) and convert.
     check(from >= 0 && to <= 2, "random_: range [", from, ", ", to, ") does not fit bool");
-    detail::check_no_internal_overlap(t.impl(), "random_");
+    detail::check_random_destination(t, "random_");
     Tensor<int32_t> tmp = empty<int32_t>(t.shape());
     fill_randint(g, tmp.data_ptr(), tmp.numel(), from, to);
     Tensor<T> dst = t;

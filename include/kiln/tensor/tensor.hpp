@@ -296,6 +296,15 @@ inline void check_no_internal_overlap(const TensorImpl& dst, const char* op) {
                             "as an expanded view does); clone() it before writing in place");
 }
 
+// An in-place write is not recorded by autograd: refused into a tensor that requires grad in grad mode (torch refuses
+// one into a leaf that requires grad), and from a source that needs a graph. Every in-place write checks it: copy_,
+// fill_ and the operators through write_into, the random fills (tensor/random.hpp) before they draw.
+inline void check_untracked_write(const TensorImpl& dst, const char* op, bool source_needs_graph = false) {
+  if (source_needs_graph || (GradMode::is_enabled() && autograd::requires_grad(dst)))
+    throw std::logic_error(cat(op, ": in-place writes to or from tensors that require grad are not recorded; ",
+                               "write `t = expr` to get a new tensor, or use a kiln::NoGradGuard"));
+}
+
 // dst = expr (broadcast to dst's shape), in place; bumps dst's version.
 std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<TensorImpl>& dst, const char* op) {
   const Shape src_shape = expr.shape();
@@ -304,9 +313,7 @@ std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<T
   check_versions(expr);
   // Writing one value everywhere (fill_, zero_) is defined on an expanded view, and torch allows it.
   if constexpr (leaf_count_v<std::remove_cvref_t<decltype(expr)>> > 0) check_no_internal_overlap(*dst, op);
-  if (autograd::needs_graph(expr) || (GradMode::is_enabled() && autograd::requires_grad(*dst)))
-    throw std::logic_error(cat(op, ": in-place writes to or from tensors that require grad are not recorded; ",
-                               "write `t = expr` to get a new tensor, or use a kiln::NoGradGuard"));
+  check_untracked_write(*dst, op, autograd::needs_graph(expr));
   bool overlap = false;
   for_each_leaf(expr, [&](const auto& leaf) { overlap |= overlaps_unsafely(*leaf.impl, *dst); });
   if (dst->numel() > 0) {
