@@ -422,23 +422,25 @@ TEST_CASE_TEMPLATE("gemm: few columns (or rows) of C through the narrow kernel",
 #endif
 }
 
-// kiln/cpu/gemm_tile.hpp (flex_attention's in-place tile products): C += A B against a double-precision loop,
+// kiln/cpu/gemm_tile.hpp (flex_attention's in-place tile products): C = A B and C += A B against a double loop,
 // A read as a tile and as a transposed one, padded row strides, row counts around its 6-row block and column
 // counts of 1 to 5 vectors (the remainders after its 4-vector block), depths past its 128-step chunks; the
 // padding of C stays untouched.
-TEST_CASE_TEMPLATE("gemm_tile: C += A B in place, every remainder of its register block", T, float, double) {
+TEST_CASE_TEMPLATE("gemm_tile: C (+)= A B in place, every remainder of its register block", T, float, double) {
   namespace gt = kiln::HWY_NAMESPACE::gemm_tile;
   const int64_t lanes = int64_t(hwy::HWY_NAMESPACE::Lanes(hwy::HWY_NAMESPACE::ScalableTag<T>()));
   std::mt19937 rng(12);
   std::uniform_real_distribution<double> u(-1, 1);
   for (int64_t M : {1, 5, 6, 7, 13, 45})
     for (int64_t vectors = 1; vectors <= 5; ++vectors)
-      for (int64_t K : {1, 17, 300})  // 300: three chunks of kDepth
-        for (bool transposed : {false, true}) {
+      for (int64_t K : {0, 1, 17, 300})  // 300: three chunks of kDepth
+        for (bool transposed : {false, true})
+          for (bool add : {false, true}) {
           CAPTURE(M);
           CAPTURE(vectors);
           CAPTURE(K);
           CAPTURE(transposed);
+          CAPTURE(add);
           const int64_t N = vectors * lanes, lda = (transposed ? M : K) + 3, ldb = N + 5, ldc = N + 2;
           std::vector<T> a(size_t((transposed ? K : M) * lda)), b(size_t(K * ldb)), c(size_t(M * ldc));
           for (auto* x : {&a, &b, &c})
@@ -446,11 +448,12 @@ TEST_CASE_TEMPLATE("gemm_tile: C += A B in place, every remainder of its registe
           const std::vector<T> c0 = c;
           const gt::Operand<T> op = transposed ? gt::Operand<T>{a.data(), 1, lda} : gt::Operand<T>{a.data(), lda, 1};
           REQUIRE(gt::fits<T>(N));
-          gt::multiply(M, N, K, op, b.data(), ldb, c.data(), ldc);
+          if (add) gt::multiply_add(M, N, K, op, b.data(), ldb, c.data(), ldc);
+          else gt::multiply(M, N, K, op, b.data(), ldb, c.data(), ldc);
           int wrong = 0;
           for (int64_t i = 0; i < M; ++i)
             for (int64_t j = 0; j < ldc; ++j) {
-              double want = double(c0[size_t(i * ldc + j)]);
+              double want = add || j >= N ? double(c0[size_t(i * ldc + j)]) : 0.0;
               if (j < N)
                 for (int64_t k = 0; k < K; ++k) want += double(op.data[i * op.rs + k * op.cs]) * double(b[size_t(k * ldb + j)]);
               const double got = double(c[size_t(i * ldc + j)]);
@@ -458,7 +461,28 @@ TEST_CASE_TEMPLATE("gemm_tile: C += A B in place, every remainder of its registe
             }
           CHECK(wrong == 0);
         }
-  CHECK(!gt::fits<T>(lanes + 1));
+  if (lanes > 1) CHECK(!gt::fits<T>(lanes + 1));  // (HWY_SCALAR: every N fits)
+  // transpose: every element, rows past a whole vector (the scalar tail), padding of dst untouched.
+  for (int64_t rows : {int64_t(1), lanes, 2 * lanes + 3})
+    for (int64_t cols : {1, 5, 64}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const int64_t lds = cols + 2, ldd = rows + 7;
+      std::vector<T> src(size_t(rows * lds)), dst(size_t(cols * ldd), T(-7));
+      for (T& e : src) e = T(u(rng));
+      gt::transpose(rows, cols, src.data(), lds, dst.data(), ldd);
+      int wrong = 0;
+      for (int64_t j = 0; j < cols; ++j)
+        for (int64_t i = 0; i < ldd; ++i) wrong += dst[size_t(j * ldd + i)] != (i < rows ? src[size_t(i * lds + j)] : T(-7));
+      CHECK(wrong == 0);
+    }
+  // padded_stride: whole vectors, never a multiple of 1 KiB.
+  for (int64_t n : {1, 16, 128, 256, 257, 512}) {
+    const int64_t s = gt::padded_stride<T>(n);
+    CHECK(s >= n);
+    CHECK(s % lanes == 0);
+    CHECK(s * int64_t(sizeof(T)) % 1024 != 0);
+  }
 }
 
 }  // namespace test_cpu_gemm

@@ -1,10 +1,13 @@
 #pragma once
 // The CPU kernels of flex_attention: tiled online softmax (FlashAttention-2's schedule) with the score and
 // mask modifiers inlined, never materializing the Lq x Lkv matrix. A query tile of the block mask's
-// q_block rows meets one key tile at a time: S = scale Q K^T by Eigen's GEMM on the tile (q, k and v mapped
-// in place; bfloat16 rows converted), then per row the modifier, mask and running max/sum on Highway vectors along the keys, then O += P V. Tiles the block mask
-// marks empty are skipped; full ones skip the mask. Accumulation is in float (double for double tensors). Threads: forward over batch x head x query tile,
-// backward over batch x key/value head (the heads of a GQA group run in one thread, which owns dK and dV).
+// q_block rows meets one key tile at a time: S = scale Q K^T, then per row the modifier, mask and running
+// max/sum on Highway vectors along the keys, then O += P V. The products run in kiln/cpu/gemm_tile.hpp's
+// kernel on the tiles where they lie (q, k and v mapped in place, bfloat16 rows converted; K and V transposed
+// per key tile), or in Eigen's GEMM for a head dim that is not whole vectors. Tiles the block mask marks empty
+// are skipped; full ones skip the mask. Accumulation is in float (double for double tensors). Threads: forward
+// over batch x head x query tile, backward over batch x key/value head (the heads of a GQA group run in one
+// thread, which owns dK and dV).
 //
 // Backward, per key tile and query tile, recomputes P = exp(S' - lse) from the saved log-sum-exp (S' the
 // modified, masked score), then dV += P^T dO, dP = dO V^T, dS' = P (dP - delta) with
@@ -83,7 +86,7 @@ using ConstTile = Eigen::Map<const RowMajor<A>, 0, Eigen::OuterStride<>>;
 // checks gemm_tile::fits for C's columns.
 template <class A>
 void add_product(Tile<A> C, gemm_tile::Operand<A> a, int64_t K, const ConstTile<A>& B) {
-  gemm_tile::multiply(C.rows(), C.cols(), K, a, B.data(), B.outerStride(), C.data(), C.outerStride());
+  gemm_tile::multiply_add(C.rows(), C.cols(), K, a, B.data(), B.outerStride(), C.data(), C.outerStride());
 }
 
 // Rows [l0, l0 + n) of (b, h) as a matrix: in place when T is the compute type, else converted into buf.
@@ -105,6 +108,23 @@ int64_t padded(int64_t n) {
   const hn::ScalableTag<A> d;
   const int64_t N = int64_t(hn::Lanes(d));
   return (n + N - 1) / N * N;
+}
+
+// A key tile's rows (c x cols) transposed into buf (cols x ldt, ldt = gemm_tile::padded_stride(block)), the columns
+// from c to the next whole vector zero: the B operand of Q K^T (or dO V^T) over whole vectors of keys.
+template <class A>
+const A* transposed(const ConstTile<A>& t, std::vector<A>& buf, int64_t ldt) {
+  gemm_tile::transpose(t.rows(), t.cols(), t.data(), t.outerStride(), buf.data(), ldt);
+  for (int64_t j = 0; j < t.cols(); ++j)
+    std::fill(buf.data() + j * ldt + t.rows(), buf.data() + j * ldt + padded<A>(t.rows()), A(0));
+  return buf.data();
+}
+
+// S (r x whole vectors of c keys, row stride ld) = X Y^T for a query-side tile X (r x n) and the transposed key
+// tile Y^T (n x ldt, from transposed).
+template <class A>
+void product_t(const ConstTile<A>& X, const A* yt, int64_t ldt, int64_t c, A* s, int64_t ld) {
+  gemm_tile::multiply(X.rows(), padded<A>(c), X.cols(), {X.data(), X.outerStride(), 1}, yt, ldt, s, ld);
 }
 
 // Whether modify_row leaves a row as it is (q . k unscaled; exp_row then applies the scale): a full tile of
@@ -193,10 +213,10 @@ void apply_dropout(A* s, int64_t c, const Dropout& drop, const Sizes& g, int64_t
 
 template <class A>
 struct ForwardScratch {
-  std::vector<A> q, k, v, s, o, m, l, alpha;
-  ForwardScratch(int64_t bq, int64_t bk, int64_t D, int64_t Dv, int64_t ld)
-      : q(size_t(bq * D)), k(size_t(bk * D)), v(size_t(bk * Dv)), s(size_t(bq * ld)), o(size_t(bq * Dv)),
-        m(size_t(bq)), l(size_t(bq)), alpha(size_t(bq)) {}
+  std::vector<A> q, k, kt, v, s, o, m, l, alpha;  // kt: K^T, D x ldt
+  ForwardScratch(int64_t bq, int64_t bk, int64_t D, int64_t Dv, int64_t ld, int64_t ldt)
+      : q(size_t(bq * D)), k(size_t(bk * D)), kt(size_t(D * ldt)), v(size_t(bk * Dv)), s(size_t(bq * ld)),
+        o(size_t(bq * Dv)), m(size_t(bq)), l(size_t(bq)), alpha(size_t(bq)) {}
 };
 
 // out [B, Hq, Lq, Dv] and lse [B, Hq, Lq], contiguous. Returns false when a live lane read a captured
@@ -206,11 +226,11 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
              const BlockMask<M>& bm, const Dropout& drop, T* out, Acc<T>* lse) {
   using A = Acc<T>;
   const int64_t Bq = bm.q_block, Bk = bm.kv_block, nq = bm.q_blocks(), nk = bm.kv_blocks(), ld = padded<A>(Bk);
-  const int64_t units = g.B * g.Hq * nq;
+  const int64_t ldt = gemm_tile::padded_stride<A>(Bk), units = g.B * g.Hq * nq;
   bool bad_index = false;
 #pragma omp parallel reduction(|| : bad_index) num_threads(g.threads()) if (units > 1 && g.threads() > 1)
   {
-    ForwardScratch<A> w(Bq, Bk, g.D, g.Dv, ld);
+    ForwardScratch<A> w(Bq, Bk, g.D, g.Dv, ld, ldt);
     Env<A> env;
 #pragma omp for schedule(dynamic)
     for (int64_t u = 0; u < units; ++u) {
@@ -225,9 +245,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
         const BlockState state = bm.at(b, h, qb, kb);
         if (state == BlockState::Empty) continue;
         const int64_t k0 = kb * Bk, c = std::min(Bk, g.Lkv - k0);
-        const auto K = operand(k, b, hk, k0, c, g.D, w.k);
-        auto Sm = tile(w.s.data(), r, c, ld);
-        Sm.noalias() = Q * K.transpose();
+        product_t(Q, transposed(operand(k, b, hk, k0, c, g.D, w.k), w.kt, ldt), ldt, c, w.s.data(), ld);
         for (int64_t i = 0; i < r; ++i) {
           A* s = w.s.data() + i * ld;
           const A mx = modify_tile_row(state, s, c, A(scale), b, h, q0 + i, k0, score_mod, bm.mask_mod, env);
@@ -246,7 +264,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
           if (w.alpha[i] != A(1)) O.row(i) *= w.alpha[i];
         const auto V = operand(v, b, hk, k0, c, g.Dv, w.v);
         if (gemm_tile::fits<A>(g.Dv)) add_product(O, {w.s.data(), ld, 1}, c, V);
-        else O.noalias() += Sm * V;
+        else O.noalias() += tile(w.s.data(), r, c, ld) * V;
       }
       for (int64_t i = 0; i < r; ++i) {
         T* o = out + ((b * g.Hq + h) * g.Lq + q0 + i) * g.Dv;
@@ -268,9 +286,10 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
 
 template <class A>
 struct BackwardScratch {
-  std::vector<A> q, dout, k, v, s, p, pd, dp, dq, dk, dv, delta;  // pd: P after dropout, when there is one
-  BackwardScratch(int64_t bq, int64_t bk, const Sizes& g, int64_t ld, bool dropout)
-      : q(size_t(bq * g.D)), dout(size_t(bq * g.Dv)), k(size_t(bk * g.D)), v(size_t(bk * g.Dv)), s(size_t(bq * ld)),
+  std::vector<A> q, dout, k, v, kt, vt, s, p, pd, dp, dq, dk, dv, delta;  // pd: P after dropout, when there is one
+  BackwardScratch(int64_t bq, int64_t bk, const Sizes& g, int64_t ld, int64_t ldt, bool dropout)
+      : q(size_t(bq * g.D)), dout(size_t(bq * g.Dv)), k(size_t(bk * g.D)), v(size_t(bk * g.Dv)),
+        kt(size_t(g.D * ldt)), vt(size_t(g.Dv * ldt)), s(size_t(bq * ld)),
         p(size_t(bq * ld)), pd(dropout ? size_t(bq * ld) : 0), dp(size_t(bq * ld)), dq(size_t(g.Lq * g.D)),
         dk(size_t(g.Lkv * g.D)), dv(size_t(g.Lkv * g.Dv)), delta(size_t(g.Lq)) {}
 };
@@ -285,11 +304,11 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
   using A = Acc<T>;
   constexpr bool kIdentity = std::is_same_v<S, attention::node::Score>;
   const int64_t Bq = bm.q_block, Bk = bm.kv_block, nq = bm.q_blocks(), nk = bm.kv_blocks(), ld = padded<A>(Bk);
-  const int64_t units = g.B * g.Hkv;
+  const int64_t ldt = gemm_tile::padded_stride<A>(Bk), units = g.B * g.Hkv;
   bool bad_index = false;
 #pragma omp parallel reduction(|| : bad_index) num_threads(g.threads()) if (units > 1 && g.threads() > 1)
   {
-    BackwardScratch<A> w(Bq, Bk, g, ld, drop.active());
+    BackwardScratch<A> w(Bq, Bk, g, ld, ldt, drop.active());
     Env<A> env;
 #ifdef _OPENMP
     env.grad = captured_grads(omp_get_thread_num());
@@ -318,13 +337,14 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
         for (int64_t kb = 0; kb < nk; ++kb) {
           const int64_t k0 = kb * Bk, c = std::min(Bk, g.Lkv - k0);
           const auto K = operand(k, b, hk, k0, c, g.D, w.k), V = operand(v, b, hk, k0, c, g.Dv, w.v);
+          const A *kt = transposed(K, w.kt, ldt), *vt = transposed(V, w.vt, ldt);
           for (int64_t qb = 0; qb < nq; ++qb) {
             const BlockState state = bm.at(b, h, qb, kb);
             if (state == BlockState::Empty) continue;
             const int64_t q0 = qb * Bq, r = std::min(Bq, g.Lq - q0);
             const auto Q = operand(q, b, h, q0, r, g.D, w.q), dO = operand(dout, b, h, q0, r, g.Dv, w.dout);
-            auto Sm = tile(w.s.data(), r, c, ld), dP = tile(w.dp.data(), r, c, ld);
-            Sm.noalias() = Q * K.transpose();
+            auto dP = tile(w.dp.data(), r, c, ld);
+            product_t(Q, kt, ldt, c, w.s.data(), ld);
             // P from the saved lse; the raw scores stay in s for the modifier's backward.
             for (int64_t i = 0; i < r; ++i) {
               A* p = w.p.data() + i * ld;
@@ -341,7 +361,7 @@ bool backward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const T* out
             A* p_used = drop.active() ? w.pd.data() : w.p.data();  // dV += P^T dO
             if (tile_rows) add_product(tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv), {p_used, 1, ld}, r, dO);
             else tile(w.dv.data() + k0 * g.Dv, c, g.Dv, g.Dv).noalias() += tile(p_used, r, c, ld).transpose() * dO;
-            dP.noalias() = dO * V.transpose();
+            product_t(dO, vt, ldt, c, w.dp.data(), ld);
             for (int64_t i = 0; i < r; ++i) {
               const A* p = w.p.data() + i * ld;
               const A* pd = drop.active() ? w.pd.data() + i * ld : nullptr;
