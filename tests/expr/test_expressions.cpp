@@ -288,4 +288,27 @@ TEST_CASE("in-place writes refuse a destination whose elements share memory (an 
   CHECK(x.to_vector() == std::vector<float>{1, 2, 3, 4});
 }
 
+TEST_CASE("copy_ from itself, or from a view of the same memory with the same layout, is a no-op, as torch") {
+  // torch's copy_ returns at once when source and destination are the same data (same storage, offset, sizes,
+  // strides, dtype), before its check for a destination whose elements share memory; the version still moves.
+  Tensor<float> x = iota({4});
+  Tensor<float> e = x.view({1, 4}).expand({3, 4});
+  const uint64_t version = x.version();
+  e.copy_(e);
+  CHECK(x.version() > version);
+  e.copy_(x.view({1, 4}).expand({3, 4}));  // another view object, the same layout
+  CHECK(x.to_vector() == std::vector<float>{0, 1, 2, 3});
+  x.copy_(x);
+  x.t().copy_(x.t());
+  CHECK(x.to_vector() == std::vector<float>{0, 1, 2, 3});
+  // Other sources into an expanded view are still refused: another tensor, another layout, an expression of e.
+  CHECK_THROWS_AS(e.copy_(iota({4}).view({1, 4}).expand({3, 4})), std::logic_error);
+  CHECK_THROWS_AS(e.copy_(x), std::logic_error);
+  CHECK_THROWS_AS(e.copy_(e * 1.0f), std::logic_error);
+  // A tensor that requires grad is refused first, as torch's autograd check comes before the shortcut.
+  Tensor<float> w = ones<float>({3});
+  w.requires_grad_();
+  CHECK_THROWS_WITH_AS(w.copy_(w), doctest::Contains("require grad"), std::logic_error);
+}
+
 }  // namespace test_expr_expressions

@@ -311,9 +311,20 @@ std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<T
   if (broadcast_shapes(src_shape, dst->shape, op) != dst->shape)
     throw ShapeError(cat(op, ": source of shape ", src_shape, " cannot be broadcast to the destination's shape ", dst->shape));
   check_versions(expr);
-  // Writing one value everywhere (fill_, zero_) is defined on an expanded view, and torch allows it.
-  if constexpr (leaf_count_v<std::remove_cvref_t<decltype(expr)>> > 0) check_no_internal_overlap(*dst, op);
   check_untracked_write(*dst, op, autograd::needs_graph(expr));
+  using E = std::remove_cvref_t<decltype(expr)>;
+  // Copying a tensor onto the same data (same storage, offset, shape, strides, dtype) changes nothing: torch's
+  // copy_ returns at once, before refusing an expanded destination, and its version still moves.
+  if constexpr (std::is_same_v<E, Leaf<typename E::value_type>>) {
+    const TensorImpl& src = *expr.impl;
+    if (src.storage == dst->storage && src.offset == dst->offset && src.dtype == dst->dtype &&
+        src.shape == dst->shape && src.strides == dst->strides) {
+      dst->storage->bump_version();
+      return dst;
+    }
+  }
+  // Writing one value everywhere (fill_, zero_) is defined on an expanded view, and torch allows it.
+  if constexpr (leaf_count_v<E> > 0) check_no_internal_overlap(*dst, op);
   bool overlap = false;
   for_each_leaf(expr, [&](const auto& leaf) { overlap |= overlaps_unsafely(*leaf.impl, *dst); });
   if (dst->numel() > 0) {
