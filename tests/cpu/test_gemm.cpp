@@ -436,31 +436,32 @@ TEST_CASE_TEMPLATE("gemm_tile: C (+)= A B in place, every remainder of its regis
       for (int64_t K : {0, 1, 17, 300})  // 300: three chunks of kDepth
         for (bool transposed : {false, true})
           for (bool add : {false, true}) {
-          CAPTURE(M);
-          CAPTURE(vectors);
-          CAPTURE(K);
-          CAPTURE(transposed);
-          CAPTURE(add);
-          const int64_t N = vectors * lanes, lda = (transposed ? M : K) + 3, ldb = N + 5, ldc = N + 2;
-          std::vector<T> a(size_t((transposed ? K : M) * lda)), b(size_t(K * ldb)), c(size_t(M * ldc));
-          for (auto* x : {&a, &b, &c})
-            for (T& e : *x) e = T(u(rng));
-          const std::vector<T> c0 = c;
-          const gt::Operand<T> op = transposed ? gt::Operand<T>{a.data(), 1, lda} : gt::Operand<T>{a.data(), lda, 1};
-          REQUIRE(gt::fits<T>(N));
-          if (add) gt::multiply_add(M, N, K, op, b.data(), ldb, c.data(), ldc);
-          else gt::multiply(M, N, K, op, b.data(), ldb, c.data(), ldc);
-          int wrong = 0;
-          for (int64_t i = 0; i < M; ++i)
-            for (int64_t j = 0; j < ldc; ++j) {
-              double want = add || j >= N ? double(c0[size_t(i * ldc + j)]) : 0.0;
-              if (j < N)
-                for (int64_t k = 0; k < K; ++k) want += double(op.data[i * op.rs + k * op.cs]) * double(b[size_t(k * ldb + j)]);
-              const double got = double(c[size_t(i * ldc + j)]);
-              wrong += j < N ? std::abs(got - want) > 1e-5 * (1 + std::abs(want)) : got != want;
-            }
-          CHECK(wrong == 0);
-        }
+            CAPTURE(M);
+            CAPTURE(vectors);
+            CAPTURE(K);
+            CAPTURE(transposed);
+            CAPTURE(add);
+            const int64_t N = vectors * lanes, lda = (transposed ? M : K) + 3, ldb = N + 5, ldc = N + 2;
+            std::vector<T> a(size_t((transposed ? K : M) * lda)), b(size_t(K * ldb)), c(size_t(M * ldc));
+            for (auto* x : {&a, &b, &c})
+              for (T& e : *x) e = T(u(rng));
+            const std::vector<T> c0 = c;
+            const gt::Operand<T> op = transposed ? gt::Operand<T>{a.data(), 1, lda} : gt::Operand<T>{a.data(), lda, 1};
+            REQUIRE(gt::fits<T>(N));
+            if (add) gt::multiply_add(M, N, K, op, b.data(), ldb, c.data(), ldc);
+            else gt::multiply(M, N, K, op, b.data(), ldb, c.data(), ldc);
+            int wrong = 0;
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < ldc; ++j) {
+                double want = add || j >= N ? double(c0[size_t(i * ldc + j)]) : 0.0;
+                if (j < N)
+                  for (int64_t k = 0; k < K; ++k)
+                    want += double(op.data[i * op.rs + k * op.cs]) * double(b[size_t(k * ldb + j)]);
+                const double got = double(c[size_t(i * ldc + j)]);
+                wrong += j < N ? std::abs(got - want) > 1e-5 * (1 + std::abs(want)) : got != want;
+              }
+            CHECK(wrong == 0);
+          }
   if (lanes > 1) CHECK(!gt::fits<T>(lanes + 1));  // (HWY_SCALAR: every N fits)
   // transpose: every element, rows past a whole vector (the scalar tail), padding of dst untouched.
   for (int64_t rows : {int64_t(1), lanes, 2 * lanes + 3})
@@ -473,7 +474,8 @@ TEST_CASE_TEMPLATE("gemm_tile: C (+)= A B in place, every remainder of its regis
       gt::transpose(rows, cols, src.data(), lds, dst.data(), ldd);
       int wrong = 0;
       for (int64_t j = 0; j < cols; ++j)
-        for (int64_t i = 0; i < ldd; ++i) wrong += dst[size_t(j * ldd + i)] != (i < rows ? src[size_t(i * lds + j)] : T(-7));
+        for (int64_t i = 0; i < ldd; ++i)
+          wrong += dst[size_t(j * ldd + i)] != (i < rows ? src[size_t(i * lds + j)] : T(-7));
       CHECK(wrong == 0);
     }
   // padded_stride: whole vectors, never a multiple of 1 KiB.

@@ -255,7 +255,7 @@ bool forward(const Rows<T>& q, const Rows<T>& k, const Rows<T>& v, const Sizes& 
             w.alpha[i] = 1;
             continue;
           }
-          w.alpha[i] = std::exp(w.m[i] - m_new);
+          w.alpha[i] = m_new == w.m[i] ? A(1) : std::exp(w.m[i] - m_new);  // (exp(0): most rows after the first tiles)
           w.l[i] = w.l[i] * w.alpha[i] + exp_row(s, c, keeps_raw<S, A>(state, c) ? A(scale) : A(1), m_new);
           w.m[i] = m_new;
           if (drop.active()) apply_dropout(s, c, drop, g, b, h, q0 + i, k0);
