@@ -62,12 +62,17 @@ TEST_CASE("linalg::solve: Cramer's rule for 2x2, residuals for batches, vectors,
     for (int64_t j = 0; j < 3; ++j)
       CHECK(max_diff(mul(matrix(Ab, i), matrix(Xb, i * 3 + j)), matrix(Bb, j)) < 1e-12);
 
-  // left = false: X A = B, for a batch of matrices and for a vector.
+  // left = false: X A = B, for a batch of matrices and for one row. A vector B (1-d, or A's shape without the last
+  // dim) is refused, as PyTorch ("Vector broadcasting of the left hand side is not supported for left=False").
   const Tensor<double> Xr = linalg::solve(A, B.transpose(-1, -2), false);
   REQUIRE(Xr.shape() == Shape{3, 2, 4, 5});
   for (int64_t i = 0; i < 6; ++i) CHECK(max_diff(mul(matrix(Xr, i), matrix(A, i)), transpose(matrix(B, i))) < 1e-12);
-  const Tensor<double> xr = linalg::solve(a, tensor_of({2}, {10, 12}), false);  // x A = b
-  CHECK(max_diff(mul(matrix(xr.unsqueeze(0)), matrix(a)), Mat{1, 2, {10, 12}}) < 1e-13);
+  const Tensor<double> xr = linalg::solve(a, tensor_of({1, 2}, {10, 12}), false);  // x A = b, b a row
+  CHECK(max_diff(mul(matrix(xr), matrix(a)), Mat{1, 2, {10, 12}}) < 1e-13);
+  CHECK_THROWS_WITH_AS(linalg::solve(a, tensor_of({2}, {10, 12}), false),
+                       doctest::Contains("linalg.solve: B of shape [2] is a vector"), ShapeError);
+  CHECK_THROWS_AS(linalg::solve(A, v, false), ShapeError);
+  CHECK_THROWS_AS(linalg::solve(tensor_of({1, 1}, {2}), tensor_of({1}, {4}), false), ShapeError);
 
   // float: the residual within float's precision; a transposed (non-contiguous) A reads as its values.
   const Tensor<float> Af = test::normal_tensor<float>({4, 6, 6}, 6) + eye<float>(6) * 4.0f;

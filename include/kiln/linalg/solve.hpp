@@ -3,7 +3,8 @@
 //
 //   X = linalg::solve(A, B);  // A [*, n, n], B [*, n, k] or [*, n] (a vector: B.dim() == 1, or B's shape
 //                             // is A's without the last dim); batch dims broadcast; A X = B
-//   X = linalg::solve(A, B, /*left=*/false);  // X A = B, B [*, k, n] or [*, n]
+//   X = linalg::solve(A, B, /*left=*/false);  // X A = B, B [*, k, n]; a vector B is refused, as PyTorch
+//                                             // (one row: B [*, 1, n])
 //   Y = linalg::inv(A);       // A [*, n, n]
 //
 // A singular matrix (an exactly zero pivot of its LU factorization) throws LinAlgError naming the batch
@@ -93,10 +94,12 @@ Tensor<typename XA::value_type> solve(const XA& a_in, const XB& b_in, bool left 
   const Tensor<T> a = detail::as_tensor(a_in), b = detail::as_tensor(b_in);
   detail::require_square("linalg.solve", "A", a.shape());
   const bool vector = detail::is_vector_rhs(a.shape(), b.shape());
-  // X A = B is A^T X^T = B^T (x A = b is A^T x = b): views, so gradients flow through the transposes.
+  // X A = B is A^T X^T = B^T: views, so gradients flow through the transposes. PyTorch refuses a vector B there.
   if (!left) {
-    const Tensor<T> at = a.transpose(-1, -2);
-    return vector ? solve(at, b) : solve(at, b.transpose(-1, -2)).transpose(-1, -2);
+    check<ShapeError>(!vector, "linalg.solve: B of shape ", b.shape(), " is a vector (1-d, or A's shape ", a.shape(),
+                      " without the last dim), which left = false does not take (as PyTorch); for rows x A = b pass "
+                      "B.unsqueeze(-2)");
+    return solve(a.transpose(-1, -2), b.transpose(-1, -2)).transpose(-1, -2);
   }
   const Tensor<T> b2 = vector ? b.unsqueeze(-1) : b;
   check<ShapeError>(b2.dim() >= 2 && b2.size(-2) == a.size(-1), "linalg.solve: incompatible shapes of A ", a.shape(),
