@@ -89,34 +89,23 @@ TEST_CASE_TEMPLATE_DEFINE("binary derivative matches finite differences", Op, bi
 }
 TEST_CASE_TEMPLATE_APPLY(binary_derivative, BinaryOps);
 
-TEST_CASE("ties of minimum and maximum split the gradient, as PyTorch") {
-  const auto [da, db] = ops::Minimum::grad(2.0, 2.0, 2.0, 1.0);
-  CHECK(da == 0.5);
-  CHECK(db == 0.5);
-  const auto [ma, mb] = ops::Maximum::grad(3.0, 1.0, 3.0, 1.0);
-  CHECK(ma == 1.0);
-  CHECK(mb == 0.0);
-}
-
-TEST_CASE("minimum and maximum pass the gradient to both inputs where either is NaN, as PyTorch") {
+TEST_CASE("minimum and maximum: ties split the gradient, NaN sends all of it to both inputs, as PyTorch") {
   // PyTorch's rule: where(a == b, g / 2, g).masked_fill_(a < b, 0) for maximum's a (a > b for minimum's): no
   // comparison holds at NaN, so each input gets all of g.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (auto [a, b] : {std::pair{nan, 1.0}, std::pair{1.0, nan}, std::pair{nan, nan}}) {
-    INFO(a, ", ", b);
-    const auto [ma, mb] = ops::Maximum::grad(a, b, nan, 1.0);
-    const auto [na, nb] = ops::Minimum::grad(a, b, nan, 1.0);
-    CHECK(ma == 1.0);
-    CHECK(mb == 1.0);
-    CHECK(na == 1.0);
-    CHECK(nb == 1.0);
+  struct Case {
+    double a, b, max_a, max_b, min_a, min_b;
+  };
+  for (const Case& c : {Case{2, 2, .5, .5, .5, .5}, Case{3, 1, 1, 0, 0, 1}, Case{1, 3, 0, 1, 1, 0},
+                        Case{nan, 1, 1, 1, 1, 1}, Case{1, nan, 1, 1, 1, 1}, Case{nan, nan, 1, 1, 1, 1}}) {
+    INFO(c.a, ", ", c.b);
+    const auto [ma, mb] = ops::Maximum::grad(c.a, c.b, std::max(c.a, c.b), 1.0);
+    const auto [na, nb] = ops::Minimum::grad(c.a, c.b, std::min(c.a, c.b), 1.0);
+    CHECK(ma == c.max_a);
+    CHECK(mb == c.max_b);
+    CHECK(na == c.min_a);
+    CHECK(nb == c.min_b);
   }
-  const auto [ma, mb] = ops::Maximum::grad(1.0, 3.0, 3.0, 1.0);
-  CHECK(ma == 0.0);
-  CHECK(mb == 1.0);
-  const auto [na, nb] = ops::Minimum::grad(1.0, 3.0, 1.0, 1.0);
-  CHECK(na == 1.0);
-  CHECK(nb == 0.0);
 }
 
 TEST_CASE("where routes the gradient to the chosen branch") {
