@@ -129,23 +129,27 @@ TEST_CASE("philox: blocks and for_each_word_run (vectorized) equal block") {
   // Seeds with both key words set; counters that carry into their high word inside a group.
   for (const std::uint64_t seed : {0x299f31d0a4093822ull, 0ull, ~0ull})
     for (const std::uint64_t first : {0ull, 0xFFFFFFF9ull, ~0ull - 20}) {
-      std::uint32_t words[4][16];
+      std::uint32_t words[4][16], wide[4][kBlockWidth];  // one AVX-512 vector, and the fills' width
       blocks<16>(seed, first, words);
-      for (int i = 0; i < 16; ++i) {
+      blocks<kBlockWidth>(seed, first, wide);
+      for (int i = 0; i < kBlockWidth; ++i) {
         const Counter w = block(seed, first + std::uint64_t(i));
-        for (int j = 0; j < 4; ++j) REQUIRE(words[j][i] == w[j]);
+        for (int j = 0; j < 4; ++j) {
+          if (i < 16) REQUIRE(words[j][i] == w[j]);
+          REQUIRE(wide[j][i] == w[j]);
+        }
       }
     }
   // Element e = e0 + j takes lane e % 4 of counter start + e / 4: starts inside a counter and runs across groups.
   const std::uint64_t seed = 0x0123456789abcdefull, start = 0xFFFFFFF0ull;
   for (const std::uint64_t e0 : {0ull, 3ull, 61ull, 64ull})
-    for (const std::int64_t n : {0, 1, 5, 64, 131}) {
+    for (const std::int64_t n : {0, 1, 5, 64, 131, 300}) {
       std::vector<std::uint32_t> got(std::size_t(n), 0);
       std::int64_t next = 0;
       for_each_word_run(seed, start, e0, n, [&](std::int64_t j, const std::uint32_t* words, std::int64_t count) {
         REQUIRE(j == next);  // in order, no gaps
         REQUIRE(count >= 1);
-        REQUIRE(count <= 64);
+        REQUIRE(count <= 4 * kBlockWidth);
         for (std::int64_t i = 0; i < count; ++i) got[std::size_t(j + i)] = words[i];
         next = j + count;
       });
