@@ -1,7 +1,8 @@
 // Fused elementwise expressions against the baselines of the foundation issue, in one binary:
 // a hand-written OpenMP loop of the same expression (same threads), Eigen's array expression
 // (single-threaded by design), and an unfused evaluation that materializes each intermediate.
-// PyTorch eager is measured by bench/torch_elementwise.py in the same session.
+// PyTorch eager is measured by bench/torch_elementwise.py in the same session. The random fills (uniform_,
+// normal_, bernoulli_) run against a loop that only writes the same array.
 // Run: build-bench/bench/bench_elementwise --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -144,6 +145,32 @@ void TanhExp_Unfused(benchmark::State& state) {
   report(state, 4);
 }
 
+// ---- random fills (Philox, core/generator.hpp) against a loop that only writes ------------------------
+
+void Fill_HandLoop(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  float* out = inputs().out.data_ptr();
+  for (auto _ : state) {
+#pragma omp parallel for simd num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < kN; ++i) out[i] = kA;
+    benchmark::ClobberMemory();
+  }
+  report(state, 1);
+}
+template <class Fill>
+void random_fill(benchmark::State& state, Fill fill) {
+  set_threads(state);
+  auto& in = inputs();
+  for (auto _ : state) {
+    fill(in.out);
+    benchmark::ClobberMemory();
+  }
+  report(state, 1);
+}
+void Uniform_Kiln(benchmark::State& state) { random_fill(state, [](auto& t) { kiln::uniform_(t); }); }
+void Normal_Kiln(benchmark::State& state) { random_fill(state, [](auto& t) { kiln::normal_(t); }); }
+void Bernoulli_Kiln(benchmark::State& state) { random_fill(state, [](auto& t) { kiln::bernoulli_(t, 0.9); }); }
+
 }  // namespace
 
 #define KILN_THREADS(name) BENCHMARK(name)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()
@@ -156,5 +183,9 @@ KILN_THREADS(TanhExp_KilnInPlace);
 KILN_THREADS(TanhExp_HandLoop);
 KILN_THREADS(TanhExp_Unfused);
 BENCHMARK(TanhExp_Eigen)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+KILN_THREADS(Fill_HandLoop);
+KILN_THREADS(Uniform_Kiln);
+KILN_THREADS(Normal_Kiln);
+KILN_THREADS(Bernoulli_Kiln);
 
 BENCHMARK_MAIN();

@@ -45,6 +45,36 @@ TEST_CASE("rand<float> gives the Philox words of its seed, in row-major order") 
   CHECK(rand({3, 5}, &g2).to_vector() == v);
 }
 
+TEST_CASE_TEMPLATE("uniform_ and bernoulli_ on a large tensor: every element from its counter, any thread count", T,
+                   float, bfloat16) {
+  // Past the parallel threshold, across many runs of words and chunks of threads, the last counter cut short.
+  const int64_t n = 200003;
+  const double low = -2, high = 3;
+  auto expected_uniform = [&](int64_t i) {
+    const double u = philox::to_float01(philox::block(42, uint64_t(i) / 4)[size_t(i % 4)]);
+    const T v = T(low + u * (high - low));
+    return double(compute_t<T>(v)) < high ? v : T(low);
+  };
+  const int saved = get_num_threads();
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    Generator g(42);
+    const std::vector<T> u = uniform_(empty<T>({n}), low, high, &g).to_vector();
+    CHECK(g.offset() == uint64_t((n + 3) / 4));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += !(u[size_t(i)] == expected_uniform(i));
+    CHECK(wrong == 0);
+    Generator g2(42);
+    const std::vector<T> b = bernoulli_(empty<T>({n}), 0.3, &g2).to_vector();
+    wrong = 0;
+    for (int64_t i = 0; i < n; ++i)
+      wrong += !(b[size_t(i)] == T(philox::bernoulli(philox::block(42, uint64_t(i) / 4)[size_t(i % 4)], 0.3) ? 1 : 0));
+    CHECK(wrong == 0);
+  }
+  set_num_threads(saved);
+}
+
 TEST_CASE("randn and randint follow the documented mapping") {
   Generator g(99);
   const std::vector<float> n = randn({6}, &g).to_vector();
