@@ -102,7 +102,7 @@ TEST_CASE("safetensors and npy: files for Python to check (KILN_INTEROP_DIR)") {
   tensors["f32"] = tensors["f32"].as<float>().t().contiguous().t();  // a view, written as a contiguous copy
   io::save_safetensors(std::filesystem::path(dir) / "kiln.safetensors", tensors, test::kReferenceMetadata);
   io::save_npy(std::filesystem::path(dir) / "kiln.npy", arange<int64_t>(12).reshape({3, 4}).t());
-  MESSAGE("wrote kiln.safetensors and kiln.npy into ", dir);
+  MESSAGE((std::string("wrote kiln.safetensors and kiln.npy into ") + dir));
 }
 
 TEST_CASE("safetensors: the JSON header: escapes, unicode, whitespace, tensors at odd offsets") {
