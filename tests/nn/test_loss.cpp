@@ -121,4 +121,51 @@ TEST_CASE("cross_entropy and nll_loss: class indices, weights, ignore_index, lab
   CHECK(r.ok);
 }
 
+TEST_CASE("cross_entropy and nll_loss: every target ignored gives a NaN mean and a zero gradient, as PyTorch") {
+  // torch 2.15, float64: x = [[0.1, -0.5, 1.2], [0.3, 0.8, -1.0]], target = [-100, -100], weight None or
+  // [0.5, 2.0, 1.0], label_smoothing 0 or 0.2, reduction 'mean': the loss is nan and x.grad is all 0 (nll_loss's
+  // backward skips ignored targets); F.nll_loss(x, target) likewise. With target [2, -100], weight
+  // [0.5, 2.0, 1.0], label_smoothing 0.2: loss 0.6929741646843592, x.grad row 0
+  // [0.19362436566933447, -0.008776307219543651, -0.18484805844979088], row 1 zeros.
+  const std::vector<double> xv{0.1, -0.5, 1.2, 0.3, 0.8, -1.0};
+  const auto input = [&] {
+    Tensor<double> x = empty<double>({2, 3});
+    for (int64_t i = 0; i < 6; ++i) x.data_ptr()[i] = xv[size_t(i)];
+    x.requires_grad_();
+    return x;
+  };
+  Tensor<double> w = empty<double>({3});
+  w.data_ptr()[0] = 0.5, w.data_ptr()[1] = 2.0, w.data_ptr()[2] = 1.0;
+  const auto check_zero_grad = [](const Tensor<double>& x) {
+    for (int64_t i = 0; i < 6; ++i) CHECK(x.grad().contiguous().data_ptr()[i] == 0.0);
+  };
+  for (const double eps : {0.0, 0.2})
+    for (const bool weighted : {false, true}) {
+      INFO("label_smoothing ", eps, ", weighted ", weighted);
+      Tensor<double> x = input();
+      const Tensor<double> loss = F::cross_entropy(x, classes({-100, -100}), weighted ? F::OptionalTensor<double>(w)
+                                                                                       : std::nullopt,
+                                                   -100, Reduction::Mean, eps);
+      CHECK(std::isnan(loss.item()));
+      loss.backward();
+      check_zero_grad(x);
+    }
+  Tensor<double> x = input();
+  const Tensor<double> nll = F::nll_loss(x, classes({-100, -100}));
+  CHECK(std::isnan(nll.item()));
+  nll.backward();
+  check_zero_grad(x);
+  Tensor<double> part = input();
+  const Tensor<double> loss = F::cross_entropy(part, classes({2, -100}), w, -100, Reduction::Mean, 0.2);
+  CHECK(loss.item() == doctest::Approx(0.6929741646843592).epsilon(1e-13));
+  loss.backward();
+  const double* g = part.grad().contiguous().data_ptr();
+  CHECK(g[0] == doctest::Approx(0.19362436566933447).epsilon(1e-12));
+  CHECK(g[1] == doctest::Approx(-0.008776307219543651).epsilon(1e-12));
+  CHECK(g[2] == doctest::Approx(-0.18484805844979088).epsilon(1e-12));
+  CHECK(g[3] == 0.0);
+  CHECK(g[4] == 0.0);
+  CHECK(g[5] == 0.0);
+}
+
 }  // namespace test_nn_loss

@@ -3,6 +3,7 @@
 // ignore_index, weight), nll_loss, mse_loss, l1_loss, smooth_l1_loss, binary_cross_entropy_with_logits.
 // Built from kiln's differentiable ops (log_softmax, gather, fused expressions, sum/mean), so each is
 // stable (log-sum-exp) and has its backward; reduction None, Mean (default) or Sum.
+#include <cmath>
 #include <optional>
 
 #include "kiln/tensor/gather.hpp"
@@ -27,6 +28,14 @@ Tensor<T> reduce(const Tensor<T>& loss, Reduction r) {
     case Reduction::Sum: return sum(loss);
     default: return mean(loss);
   }
+}
+// total / count for the 'mean' reductions of the class-index losses: NaN where count is 0 (every
+// target ignored), as PyTorch, with a zero gradient for the input there (PyTorch's nll_loss backward skips
+// ignored targets) rather than 0 * inf = NaN.
+template <Dtype T>
+Tensor<T> divide_by_count(const Tensor<T>& total, const Tensor<T>& count) {
+  const Tensor<bool> counted = count != T(0);
+  return Tensor<T>(where(counted, total / Tensor<T>(where(counted, count, T(1))), T(NAN)));
 }
 // input and target of one shape (elementwise losses).
 inline void check_same_shape(const char* op, const Shape& input, const Shape& target) {
@@ -103,7 +112,7 @@ Tensor<T> nll_loss(const Tensor<T>& input, const Tensor<int64_t>& target, Option
     w = Tensor<T>(w * index_select(*weight, 0, safe.reshape({-1})).reshape(safe.shape()));
   }
   const Tensor<T> loss = -picked * w;
-  if (reduction == Reduction::Mean) return Tensor<T>(sum(loss) / sum(w));
+  if (reduction == Reduction::Mean) return detail::divide_by_count(Tensor<T>(sum(loss)), Tensor<T>(sum(w)));
   return detail::reduce(loss, reduction);
 }
 
@@ -137,7 +146,7 @@ Tensor<T> cross_entropy(const Tensor<T>& input, const Tensor<int64_t>& target,
       const Tensor<int64_t> safe = where(target != ignore_index, target, int64_t(0));
       denom = sum(counted * index_select(*weight, 0, safe.reshape({-1})).reshape(safe.shape()));
     }
-    smooth_reduced = Tensor<T>(sum(smooth) / denom);
+    smooth_reduced = detail::divide_by_count(Tensor<T>(sum(smooth)), denom);
   } else {
     smooth_reduced = detail::reduce(smooth, reduction);
   }
