@@ -281,4 +281,51 @@ TEST_CASE("optimizer state_dict: PyTorch's names, resuming gives bitwise the uni
   CHECK(adam.state_dict().at("state.0.exp_avg").as<float>()[0].item() == sd.at("state.0.exp_avg").as<float>()[0].item());
 }
 
+TEST_CASE("maximize: SGD, Adam, AdamW and RMSprop ascend, the gradient negated before weight decay, as PyTorch") {
+  // torch 2.15, float64: p = [1.0, -2.0, 0.5]; 3 steps, step t (1..3) with the gradient of
+  // sum(p * c_t + 0.1 p^2), c_t = [0.3 t - 0.2, 0.5, -0.1 t^2]; maximize=True and
+  //   SGD(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.05)
+  //   Adam / AdamW(lr=0.1, betas=(0.8, 0.9), weight_decay=0.05, amsgrad=True)
+  //   RMSprop(lr=0.01, alpha=0.9, weight_decay=0.05, momentum=0.5, centered=True)
+  // p after the 3 steps as printed below.
+  const auto three_steps = [](auto make) {
+    Tensor<double> p = empty<double>({3});
+    p.data_ptr()[0] = 1.0, p.data_ptr()[1] = -2.0, p.data_ptr()[2] = 0.5;
+    p.requires_grad_();
+    auto opt = make(std::vector<Tensor<double>>{p});
+    for (int t = 1; t <= 3; ++t) {
+      opt.zero_grad();
+      Tensor<double> c = empty<double>({3});
+      c.data_ptr()[0] = 0.3 * t - 0.2, c.data_ptr()[1] = 0.5, c.data_ptr()[2] = -0.1 * t * t;
+      sum(p * c + p * p * 0.1).backward();
+      opt.step();
+    }
+    return std::vector<double>{p.data_ptr()[0], p.data_ptr()[1], p.data_ptr()[2]};
+  };
+  using namespace kiln::optim;
+  const std::vector<std::pair<const char*, std::pair<std::vector<double>, std::vector<double>>>> cases{
+      {"SGD", {three_steps([](auto ps) {
+                 return SGD<double>(ps, SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(0.05).maximize(true));
+               }),
+               {1.4034035818750001, -1.8348167345, 0.24442759181249996}}},
+      {"Adam", {three_steps([](auto ps) {
+                  return Adam<double>(ps, AdamOptions(0.1).betas(0.8, 0.9).weight_decay(0.05).amsgrad(true).maximize(true));
+                }),
+                {1.291055121644723, -1.6994765268993914, 0.23471554698088276}}},
+      {"AdamW", {three_steps([](auto ps) {
+                   return AdamW<double>(ps, AdamOptions(0.1).betas(0.8, 0.9).weight_decay(0.05).amsgrad(true).maximize(true));
+                 }),
+                 {1.2764123067765334, -1.6712241709581517, 0.33388929040291654}}},
+      {"RMSprop", {three_steps([](auto ps) {
+                     return RMSprop<double>(
+                         ps, RMSpropOptions(0.01).alpha(0.9).weight_decay(0.05).momentum(0.5).centered(true).maximize(true));
+                   }),
+                   {1.1361151646440242, -1.8798946667730188, 0.35897817719050723}}}};
+  for (const auto& [name, got_want] : cases)
+    for (size_t i = 0; i < 3; ++i) {
+      INFO(name, " element ", i);
+      CHECK(got_want.first[i] == doctest::Approx(got_want.second[i]).epsilon(1e-12));
+    }
+}
+
 }  // namespace test_optim_optimizers

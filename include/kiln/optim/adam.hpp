@@ -1,5 +1,6 @@
 #pragma once
-// torch.optim.Adam and AdamW (amsgrad option), PyTorch's update rules:
+// torch.optim.Adam and AdamW (amsgrad and maximize options), PyTorch's update rules (maximize: grad
+// negated first):
 //   Adam:  g = grad + weight_decay * p                    AdamW: p *= 1 - lr * weight_decay; g = grad
 //   m = b1 * m + (1 - b1) * g;   v = b2 * v + (1 - b2) * g^2;   (amsgrad: vmax = max(vmax, v), used for v)
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
@@ -24,6 +25,7 @@ class AdamOptions {
   KILN_OPTION(double, eps, 1e-8);
   KILN_OPTION(double, weight_decay, 0.0);
   KILN_OPTION(bool, amsgrad, false);
+  KILN_OPTION(bool, maximize, false);
 
  private:
   double beta1_ = 0.9, beta2_ = 0.999;
@@ -91,7 +93,7 @@ void AdamBase<T, Options, kDecoupled>::update(Tensor<T>& p, const Tensor<T>& gra
   const double bc2_sqrt = std::sqrt(1 - std::pow(b2, double(s.step)));
   const double keep = kDecoupled ? 1 - lr * wd : 1.0;  // AdamW decays p first
   const double l2 = kDecoupled ? 0.0 : wd;             // Adam adds wd * p to the gradient
-  const auto g = grad + p * l2;
+  const auto g = grad * (o.maximize() ? -1.0 : 1.0) + p * l2;
   const auto m = s.m * b1 + g * (1 - b1);
   const auto v = s.v * b2 + g * g * (1 - b2);
   if (o.amsgrad()) {

@@ -1,6 +1,6 @@
 #pragma once
 // torch.optim.RMSprop, PyTorch's update rule:
-//   g = grad + weight_decay * p;   v = alpha * v + (1 - alpha) * g^2
+//   g = (maximize ? -grad : grad) + weight_decay * p;   v = alpha * v + (1 - alpha) * g^2
 //   centered: a = alpha * a + (1 - alpha) * g, avg = sqrt(v - a^2) + eps;   else avg = sqrt(v) + eps
 //   momentum: b = momentum * b + g / avg, p -= lr * b;   else p -= lr * g / avg
 // All of a parameter's state and the parameter are updated in one fused pass.
@@ -17,6 +17,7 @@ class RMSpropOptions {
   KILN_OPTION(double, weight_decay, 0.0);
   KILN_OPTION(double, momentum, 0.0);
   KILN_OPTION(bool, centered, false);
+  KILN_OPTION(bool, maximize, false);
 };
 
 KILN_INSTANTIATE(class Optimizer<RMSpropOptions, float>);
@@ -71,7 +72,7 @@ void RMSprop<T>::update(Tensor<T>& p, const Tensor<T>& grad, const RMSpropOption
     if (o.momentum() > 0) s.b = Optimizer<RMSpropOptions, T>::zeros_like(p);
   }
   const double alpha = o.alpha(), lr = o.lr(), mu = o.momentum(), eps = o.eps();
-  const auto g = grad + p * o.weight_decay();
+  const auto g = grad * (o.maximize() ? -1.0 : 1.0) + p * o.weight_decay();
   const auto v = s.v * alpha + g * g * (1 - alpha);
   if (o.centered()) {
     const auto a = s.a * alpha + g * (1 - alpha);

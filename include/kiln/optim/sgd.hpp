@@ -1,6 +1,6 @@
 #pragma once
-// torch.optim.SGD: momentum, dampening, Nesterov, L2 weight decay.
-//   g = grad + weight_decay * p
+// torch.optim.SGD: momentum, dampening, Nesterov, L2 weight decay, maximize.
+//   g = (maximize ? -grad : grad) + weight_decay * p
 //   b = g on the first step, else momentum * b + (1 - dampening) * g
 //   p -= lr * (nesterov ? g + momentum * b : b)          (p -= lr * g without momentum)
 #include "kiln/optim/optimizer.hpp"
@@ -15,6 +15,7 @@ class SGDOptions {
   KILN_OPTION(double, dampening, 0.0);
   KILN_OPTION(double, weight_decay, 0.0);
   KILN_OPTION(bool, nesterov, false);
+  KILN_OPTION(bool, maximize, false);  // ascend: the gradient negated first, as PyTorch
 };
 
 KILN_INSTANTIATE(class Optimizer<SGDOptions, float>);
@@ -51,7 +52,7 @@ void SGD<T>::update(Tensor<T>& p, const Tensor<T>& grad, const SGDOptions& o) {
   check<std::invalid_argument>(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
                                "SGD: Nesterov momentum requires a momentum and zero dampening");
   const double lr = o.lr(), wd = o.weight_decay(), mu = o.momentum();
-  const auto g = grad + p * wd;
+  const auto g = grad * (o.maximize() ? -1.0 : 1.0) + p * wd;
   if (mu == 0) {
     eval_all({&p}, p - g * lr);
     return;
