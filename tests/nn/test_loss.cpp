@@ -168,4 +168,29 @@ TEST_CASE("cross_entropy and nll_loss: every target ignored gives a NaN mean and
   CHECK(g[5] == 0.0);
 }
 
+TEST_CASE("huber_loss: values, gradients and reductions, as PyTorch") {
+  // torch 2.15, float64: F.huber_loss(x, t, reduction, delta=1.5), x = [1.0, 2.0, 0.5, -1.0, 3.5, -0.2],
+  // t = [1.0, 0.5, 0.0, 0.8, 0.0, 0.3]: 'none' [0, 1.125, 0.125, 1.575, 4.125, 0.125], gradient of its sum
+  // [0, 1.5, 0.5, -1.5, 1.5, -0.5]; 'mean' 1.1791666666666667; 'sum' 7.075; delta 0 refused.
+  const std::vector<double> xv{1.0, 2.0, 0.5, -1.0, 3.5, -0.2}, tv{1.0, 0.5, 0.0, 0.8, 0.0, 0.3};
+  Tensor<double> x = empty<double>({6}), t = empty<double>({6});
+  for (int64_t i = 0; i < 6; ++i) x.data_ptr()[i] = xv[size_t(i)], t.data_ptr()[i] = tv[size_t(i)];
+  x.requires_grad_();
+  const Tensor<double> none = F::huber_loss(x, t, Reduction::None, 1.5);
+  sum(none).backward();
+  const std::vector<double> want{0.0, 1.125, 0.125, 1.5750000000000002, 4.125, 0.125}, grad{0.0, 1.5, 0.5, -1.5, 1.5, -0.5};
+  CHECK(none.shape() == Shape{6});
+  for (int64_t i = 0; i < 6; ++i) {
+    CHECK(none.contiguous().data_ptr()[i] == doctest::Approx(want[size_t(i)]).epsilon(1e-13));
+    CHECK(x.grad().contiguous().data_ptr()[i] == doctest::Approx(grad[size_t(i)]).epsilon(1e-13));
+  }
+  CHECK(F::huber_loss(x, t, Reduction::Mean, 1.5).item() == doctest::Approx(1.1791666666666667).epsilon(1e-13));
+  CHECK(F::huber_loss(x, t, Reduction::Sum, 1.5).item() == doctest::Approx(7.075).epsilon(1e-13));
+  CHECK_THROWS_AS(F::huber_loss(x, t, Reduction::Mean, 0.0), std::invalid_argument);
+  const auto r = autograd::gradcheck([&](const Inputs& in) { return F::huber_loss(in[0], in[1], Reduction::Mean, 0.8); },
+                                     {sample({3, 4}, 7), sample({3, 4}, 8)});
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
 }  // namespace test_nn_loss

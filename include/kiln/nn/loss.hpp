@@ -1,6 +1,7 @@
 #pragma once
 // Losses as torch.nn.functional's: cross_entropy (class indices or probabilities, label_smoothing,
-// ignore_index, weight), nll_loss, mse_loss, l1_loss, smooth_l1_loss, binary_cross_entropy_with_logits.
+// ignore_index, weight), nll_loss, mse_loss, l1_loss, smooth_l1_loss, huber_loss,
+// binary_cross_entropy_with_logits.
 // Built from kiln's differentiable ops (log_softmax, gather, fused expressions, sum/mean), so each is
 // stable (log-sum-exp) and has its backward; reduction None, Mean (default) or Sum.
 #include <cmath>
@@ -74,6 +75,16 @@ Tensor<T> smooth_l1_loss(const Tensor<T>& input, const Tensor<T>& target, Reduct
   if (beta == 0) return l1_loss(input, target, reduction);
   const auto d = abs(input - target);
   return detail::reduce(Tensor<T>(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta)), reduction);
+}
+
+// 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta): smooth_l1_loss with beta = delta, times delta.
+template <Dtype T>
+Tensor<T> huber_loss(const Tensor<T>& input, const Tensor<T>& target, Reduction reduction = Reduction::Mean,
+                     double delta = 1.0) {
+  detail::check_same_shape("huber_loss", input.shape(), target.shape());
+  check<std::invalid_argument>(delta > 0, "huber_loss: delta must be > 0, got ", delta);
+  const auto d = abs(input - target);
+  return detail::reduce(Tensor<T>(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)), reduction);
 }
 
 // Stable: max(x, 0) - x y + log(1 + exp(-|x|)); pos_weight p: (1 - y) x + (1 + (p - 1) y) (log1p(exp(-|x|)) + max(-x, 0)).
@@ -175,6 +186,7 @@ Tensor<T> cross_entropy(const Tensor<T>& input, const Tensor<T>& target, Optiona
 KILN_INSTANTIATE(Tensor<float> mse_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction));
 KILN_INSTANTIATE(Tensor<float> l1_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction));
 KILN_INSTANTIATE(Tensor<float> smooth_l1_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction, double));
+KILN_INSTANTIATE(Tensor<float> huber_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction, double));
 KILN_INSTANTIATE(Tensor<float> binary_cross_entropy_with_logits<float>(const Tensor<float>&, const Tensor<float>&,
                                                                         Reduction, OptionalTensor<float>));
 KILN_INSTANTIATE(Tensor<float> nll_loss<float>(const Tensor<float>&, const Tensor<int64_t>&, OptionalTensor<float>,
