@@ -193,4 +193,34 @@ TEST_CASE("huber_loss: values, gradients and reductions, as PyTorch") {
   CHECK(r.ok);
 }
 
+TEST_CASE("kl_div: values, gradients, zero targets and log_target, as PyTorch") {
+  // torch 2.15, float64: F.kl_div(x, t, reduction), x = [-1.2, -0.3, -2.5, -0.7, -1.0, -0.1],
+  // t = [0.2, 0.0, 0.5, 0.3, 0.0, 1.0]: 'none' [-0.0818875824868201, 0, 0.9034264097200273,
+  // -0.15119184129778082, 0, 0.1], gradient of its sum -t; 'mean' 0.12839116432257106; 'sum' 0.7703469859354264.
+  // log_target=True, t = [-1.0, -2.0, 0.3, -0.5, -3.0, 0.0], 'sum': 3.7448425631516544, gradient -exp(t).
+  const auto vec = [](std::vector<double> v) {
+    Tensor<double> out = empty<double>({int64_t(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) out.data_ptr()[i] = v[i];
+    return out;
+  };
+  Tensor<double> x = vec({-1.2, -0.3, -2.5, -0.7, -1.0, -0.1});
+  const Tensor<double> t = vec({0.2, 0.0, 0.5, 0.3, 0.0, 1.0}), lt = vec({-1.0, -2.0, 0.3, -0.5, -3.0, 0.0});
+  x.requires_grad_();
+  const Tensor<double> none = F::kl_div(x, t, Reduction::None);
+  sum(none).backward();
+  const std::vector<double> want{-0.0818875824868201, 0.0, 0.9034264097200273, -0.15119184129778082, 0.0, 0.1};
+  for (int64_t i = 0; i < 6; ++i) {
+    CHECK(none.contiguous().data_ptr()[i] == doctest::Approx(want[size_t(i)]).epsilon(1e-13));
+    CHECK(x.grad().contiguous().data_ptr()[i] == doctest::Approx(-t.data_ptr()[i]).epsilon(1e-13));
+  }
+  CHECK(F::kl_div(x, t).item() == doctest::Approx(0.12839116432257106).epsilon(1e-13));
+  CHECK(F::kl_div(x, t, Reduction::Sum).item() == doctest::Approx(0.7703469859354264).epsilon(1e-13));
+  x.zero_grad();
+  const Tensor<double> logt = F::kl_div(x, lt, Reduction::Sum, true);
+  CHECK(logt.item() == doctest::Approx(3.7448425631516544).epsilon(1e-13));
+  logt.backward();
+  for (int64_t i = 0; i < 6; ++i)
+    CHECK(x.grad().contiguous().data_ptr()[i] == doctest::Approx(-std::exp(lt.data_ptr()[i])).epsilon(1e-13));
+}
+
 }  // namespace test_nn_loss

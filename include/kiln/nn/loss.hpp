@@ -1,6 +1,6 @@
 #pragma once
 // Losses as torch.nn.functional's: cross_entropy (class indices or probabilities, label_smoothing,
-// ignore_index, weight), nll_loss, mse_loss, l1_loss, smooth_l1_loss, huber_loss,
+// ignore_index, weight), nll_loss, mse_loss, l1_loss, smooth_l1_loss, huber_loss, kl_div,
 // binary_cross_entropy_with_logits.
 // Built from kiln's differentiable ops (log_softmax, gather, fused expressions, sum/mean), so each is
 // stable (log-sum-exp) and has its backward; reduction None, Mean (default) or Sum.
@@ -85,6 +85,19 @@ Tensor<T> huber_loss(const Tensor<T>& input, const Tensor<T>& target, Reduction 
   check<std::invalid_argument>(delta > 0, "huber_loss: delta must be > 0, got ", delta);
   const auto d = abs(input - target);
   return detail::reduce(Tensor<T>(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)), reduction);
+}
+
+// Kullback-Leibler divergence of input log-probabilities from target probabilities, pointwise:
+// target (log target - input), 0 where target is 0 (PyTorch's xlogy); log_target: exp(target) (target - input).
+// PyTorch's reduction='batchmean' is Reduction::Sum divided by the batch size.
+template <Dtype T>
+Tensor<T> kl_div(const Tensor<T>& input, const Tensor<T>& target, Reduction reduction = Reduction::Mean,
+                 bool log_target = false) {
+  detail::check_same_shape("kl_div", input.shape(), target.shape());
+  if (log_target) return detail::reduce(Tensor<T>(exp(target) * (target - input)), reduction);
+  const Tensor<bool> zero = target == T(0);
+  const auto xlogx = where(zero, T(0), target * log(where(zero, T(1), target)));
+  return detail::reduce(Tensor<T>(xlogx - target * input), reduction);
 }
 
 // Stable: max(x, 0) - x y + log(1 + exp(-|x|)); pos_weight p: (1 - y) x + (1 + (p - 1) y) (log1p(exp(-|x|)) + max(-x, 0)).
@@ -187,6 +200,7 @@ KILN_INSTANTIATE(Tensor<float> mse_loss<float>(const Tensor<float>&, const Tenso
 KILN_INSTANTIATE(Tensor<float> l1_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction));
 KILN_INSTANTIATE(Tensor<float> smooth_l1_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction, double));
 KILN_INSTANTIATE(Tensor<float> huber_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction, double));
+KILN_INSTANTIATE(Tensor<float> kl_div<float>(const Tensor<float>&, const Tensor<float>&, Reduction, bool));
 KILN_INSTANTIATE(Tensor<float> binary_cross_entropy_with_logits<float>(const Tensor<float>&, const Tensor<float>&,
                                                                         Reduction, OptionalTensor<float>));
 KILN_INSTANTIATE(Tensor<float> nll_loss<float>(const Tensor<float>&, const Tensor<int64_t>&, OptionalTensor<float>,
