@@ -26,6 +26,22 @@ Tensor<int64_t> classes(std::initializer_list<int64_t> v) {
   for (int64_t x : v) t.data_ptr()[k++] = x;
   return t;
 }
+// A tensor of the given shape holding values (row-major), as the torch tensors of the reference comments.
+Tensor<double> values(const Shape& shape, const std::vector<double>& v) {
+  Tensor<double> out = empty<double>(shape);
+  for (size_t i = 0; i < v.size(); ++i) out.data_ptr()[i] = v[i];
+  return out;
+}
+// Each element of t against want at relative 1e-13 (infinities must match exactly).
+void check_values(const Tensor<double>& t, const std::vector<double>& want) {
+  REQUIRE(t.numel() == int64_t(want.size()));
+  const Tensor<double> c = t.contiguous();
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("element ", i);
+    if (std::isinf(want[i])) CHECK(c.data_ptr()[i] == want[i]);
+    else CHECK(c.data_ptr()[i] == doctest::Approx(want[i]).epsilon(1e-13));
+  }
+}
 using Inputs = std::vector<Tensor<double>>;
 double log_sum_exp_row(const Tensor<double>& x, int64_t i) {
   double m = -INFINITY, s = 0;
@@ -198,11 +214,7 @@ TEST_CASE("kl_div: values, gradients, zero targets and log_target, as PyTorch") 
   // t = [0.2, 0.0, 0.5, 0.3, 0.0, 1.0]: 'none' [-0.0818875824868201, 0, 0.9034264097200273,
   // -0.15119184129778082, 0, 0.1], gradient of its sum -t; 'mean' 0.12839116432257106; 'sum' 0.7703469859354264.
   // log_target=True, t = [-1.0, -2.0, 0.3, -0.5, -3.0, 0.0], 'sum': 3.7448425631516544, gradient -exp(t).
-  const auto vec = [](std::vector<double> v) {
-    Tensor<double> out = empty<double>({int64_t(v.size())});
-    for (size_t i = 0; i < v.size(); ++i) out.data_ptr()[i] = v[i];
-    return out;
-  };
+  const auto vec = [](std::vector<double> v) { return values({int64_t(v.size())}, v); };
   Tensor<double> x = vec({-1.2, -0.3, -2.5, -0.7, -1.0, -0.1});
   const Tensor<double> t = vec({0.2, 0.0, 0.5, 0.3, 0.0, 1.0}), lt = vec({-1.0, -2.0, 0.3, -0.5, -3.0, 0.0});
   x.requires_grad_();
@@ -221,6 +233,59 @@ TEST_CASE("kl_div: values, gradients, zero targets and log_target, as PyTorch") 
   logt.backward();
   for (int64_t i = 0; i < 6; ++i)
     CHECK(x.grad().contiguous().data_ptr()[i] == doctest::Approx(-std::exp(lt.data_ptr()[i])).epsilon(1e-13));
+}
+
+TEST_CASE("binary_cross_entropy: clamped logs, PyTorch's gradient at 0 and 1, weight, refused values, as PyTorch") {
+  // torch 2.15, float64 (scripts/loss_reference.py): x = [[0.2, 0.9, 0.5, 0.0], [1.0, 1e-50, 0.7, 0.35]],
+  // y = [[0.0, 1.0, 0.3, 0.0], [0.0, 1.0, 0.25, 0.6]], w = [0.5, 2.0, 1.0, 1.5]. F.binary_cross_entropy(x, y,
+  // reduction='none') and the gradients of its sum as below (the log terms clamped at -100: 100 where x = 1, y = 0
+  // and where x = 1e-50, y = 1; the x gradient's denominator clamped at float32 1e-12, the y gradient -logit(x));
+  // with weight=w: 'mean' 31.651362248558264 and its x gradient, 'sum' 253.21089798846612. Input or target outside
+  // [0, 1] or NaN: "all elements of input (target) should be between 0 and 1".
+  Tensor<double> x = values({2, 4}, {0.2, 0.9, 0.5, 0.0, 1.0, 1e-50, 0.7, 0.35});
+  Tensor<double> y = values({2, 4}, {0.0, 1.0, 0.3, 0.0, 0.0, 1.0, 0.25, 0.6});
+  const Tensor<double> w = values({4}, {0.5, 2.0, 1.0, 1.5});
+  x.requires_grad_();
+  y.requires_grad_();
+  const Tensor<double> none = F::binary_cross_entropy(x, y, std::nullopt, Reduction::None);
+  CHECK(none.shape() == Shape{2, 4});
+  sum(none).backward();
+  check_values(none, {0.22314355131420976, 0.10536051565782628, 0.6931471805599453, 0.0, 100.0, 100.0,
+                      0.992148339229135, 0.8022064411361883});
+  check_values(x.grad(), {1.2499999999999998, -1.1111111111111112, 0.8, 0.0, 1000000003995.8029, -1000000003995.8029,
+                          2.1428571428571423, -1.098901098901099});
+  check_values(y.grad(), {1.3862943611198906, -2.1972245773362196, -0.0, INFINITY, -INFINITY, 115.12925464970229,
+                          -0.8472978603872034, 0.6190392084062235});
+  x.zero_grad();
+  const Tensor<double> mean = F::binary_cross_entropy(x, y.detach(), w);
+  CHECK(mean.item() == doctest::Approx(31.651362248558264).epsilon(1e-13));
+  mean.backward();
+  check_values(x.grad(), {0.07812499999999999, -0.2777777777777778, 0.1, 0.0, 62500000249.73768, -250000000998.9507,
+                          0.2678571428571428, -0.20604395604395606});
+  CHECK(F::binary_cross_entropy(x, y, w, Reduction::Sum).item() == doctest::Approx(253.21089798846612).epsilon(1e-13));
+  // Refused: values outside [0, 1] (NaN too) in the input or the target, a weight that does not broadcast to the input.
+  const Tensor<double> half = full<double>({2}, 0.5);
+  for (const double bad : {1.5, -0.1, double(NAN)}) {
+    INFO("value ", bad);
+    const Tensor<double> b = values({2}, {0.5, bad});
+    CHECK_THROWS_AS(F::binary_cross_entropy(b, half), std::invalid_argument);
+    CHECK_THROWS_AS(F::binary_cross_entropy(half, b), std::invalid_argument);
+  }
+  CHECK_THROWS_WITH_AS(F::binary_cross_entropy(values({2}, {0.5, 1.5}), half),
+                       "binary_cross_entropy: all elements of input should be in [0, 1], got 1.5 at flat index 1 of "
+                       "shape [2]",
+                       std::invalid_argument);
+  CHECK_THROWS_AS(F::binary_cross_entropy(x, y, values({2}, {1.0, 2.0})), ShapeError);
+  CHECK_THROWS_AS(F::binary_cross_entropy(x, y, full<double>({3, 2, 4}, 1.0)), ShapeError);
+  CHECK_THROWS_AS(F::binary_cross_entropy(x, values({4}, {0.0, 1.0, 0.5, 0.5})), ShapeError);
+  // Away from the clamps the gradients are the derivatives of the loss, for the input and the target.
+  const auto r = autograd::gradcheck(
+      [&](const Inputs& in) {
+        return F::binary_cross_entropy(Tensor<double>(sigmoid(in[0])), Tensor<double>(sigmoid(in[1])), w);
+      },
+      {sample({3, 4}, 9), sample({3, 4}, 10)});
+  INFO(r.message);
+  CHECK(r.ok);
 }
 
 }  // namespace test_nn_loss

@@ -1,12 +1,13 @@
 #pragma once
 // Losses as torch.nn.functional's: cross_entropy (class indices or probabilities, label_smoothing,
 // ignore_index, weight), nll_loss, mse_loss, l1_loss, smooth_l1_loss, huber_loss, kl_div,
-// binary_cross_entropy_with_logits.
+// binary_cross_entropy, binary_cross_entropy_with_logits.
 // Built from kiln's differentiable ops (log_softmax, gather, fused expressions, sum/mean), so each is
 // stable (log-sum-exp) and has its backward; reduction None, Mean (default) or Sum.
 #include <cmath>
 #include <optional>
 
+#include "kiln/autograd/function.hpp"
 #include "kiln/tensor/gather.hpp"
 #include "kiln/tensor/reduce.hpp"
 #include "kiln/tensor/softmax.hpp"
@@ -42,6 +43,18 @@ Tensor<T> divide_by_count(const Tensor<T>& total, const Tensor<T>& count) {
 inline void check_same_shape(const char* op, const Shape& input, const Shape& target) {
   check<ShapeError>(input == target, op, ": input of shape ", input, " and target of shape ", target, " differ");
 }
+// Every element of `what` (input or target of op) in [0, 1]; NaN is refused too, as PyTorch.
+template <Dtype T>
+void check_probabilities(const char* op, const char* what, const Tensor<T>& t) {
+  const Tensor<T> c = t.detach().contiguous();
+  const T* p = c.data_ptr();
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    const double v = double(p[i]);
+    if (!(v >= 0 && v <= 1))
+      throw std::invalid_argument(kiln::detail::cat(op, ": all elements of ", what, " should be in [0, 1], got ", v,
+                                                    " at flat index ", i, " of shape ", t.shape()));
+  }
+}
 // The class dim is 1 (or 0 for a 1-d input of one sample's scores).
 template <Dtype T>
 void check_class_target(const char* op, const Tensor<T>& input, const Shape& target) {
@@ -50,6 +63,33 @@ void check_class_target(const char* op, const Tensor<T>& input, const Shape& tar
   expected.erase(input.dim() == 1 ? 0 : 1);
   check<ShapeError>(target == expected, op, ": target of shape ", target, " does not match input of shape ",
                     input.shape(), " (expected ", expected, ")");
+}
+// PyTorch's binary_cross_entropy per element, unweighted: -(y max(log x, -100) + (1 - y) max(log(1 - x), -100)),
+// with PyTorch's backward rather than the clamp's: d/dx = (x - y) / max((1 - x) x, eps), finite where x is 0 or 1
+// (through the clamp it would be 1 / (1 - x) or -1 / x there), and d/dy = log(1 - x) - log x, unclamped.
+template <Dtype T>
+struct BinaryCrossEntropy : autograd::Function<BinaryCrossEntropy<T>> {
+  static constexpr double kEps = double(1e-12f);  // PyTorch's EPSILON is a float, also for double inputs
+  static Tensor<T> forward(autograd::AutogradContext* ctx, const Tensor<T>& x, const Tensor<T>& y) {
+    ctx->save_for_backward<T>({x, y});
+    ctx->saved_data["target_grad"] = y.requires_grad();
+    return Tensor<T>((y - 1) * maximum(log1p(-x), T(-100)) - y * maximum(log(x), T(-100)));
+  }
+  static std::vector<Tensor<T>> backward(autograd::AutogradContext* ctx, std::vector<Tensor<T>> grad) {
+    const std::vector<Tensor<T>> saved = ctx->get_saved_variables<T>();
+    const Tensor<T>& x = saved[0], &y = saved[1];
+    const Tensor<T> dx = grad[0] * (x - y) / maximum((1 - x) * x, T(kEps));
+    if (!std::any_cast<bool>(ctx->saved_data["target_grad"])) return {dx, {}};
+    return {dx, Tensor<T>(grad[0] * (log1p(-x) - log(x)))};
+  }
+};
+// loss * weight in one pass, weight broadcast to the input's shape (never growing it, as PyTorch).
+template <Dtype T, class E>
+Tensor<T> weighted(const char* op, const E& loss, const OptionalTensor<T>& weight, const Shape& input) {
+  if (!weight) return Tensor<T>(loss);
+  check<ShapeError>(broadcast_shapes(weight->shape(), input, op) == input, op, ": weight of shape ",
+                    weight->shape(), " does not broadcast to the input's shape ", input);
+  return Tensor<T>(loss * *weight);
 }
 }  // namespace detail
 
@@ -98,6 +138,19 @@ Tensor<T> kl_div(const Tensor<T>& input, const Tensor<T>& target, Reduction redu
   const Tensor<bool> zero = target == T(0);
   const auto xlogx = where(zero, T(0), target * log(where(zero, T(1), target)));
   return detail::reduce(Tensor<T>(xlogx - target * input), reduction);
+}
+
+// Binary cross entropy of probabilities (input and target in [0, 1], else refused, as PyTorch): each log term is
+// clamped at -100, so x = 0 or 1 gives at most 100; weight (broadcast to the input) rescales each element.
+template <Dtype T>
+Tensor<T> binary_cross_entropy(const Tensor<T>& input, const Tensor<T>& target,
+                               OptionalTensor<T> weight = std::nullopt, Reduction reduction = Reduction::Mean) {
+  constexpr const char* op = "binary_cross_entropy";
+  detail::check_same_shape(op, input.shape(), target.shape());
+  detail::check_probabilities(op, "input", input);
+  detail::check_probabilities(op, "target", target);
+  const Tensor<T> loss = detail::BinaryCrossEntropy<T>::apply(input, target);
+  return detail::reduce(detail::weighted<T>(op, loss, weight, input.shape()), reduction);
 }
 
 // Stable: max(x, 0) - x y + log(1 + exp(-|x|)); pos_weight p: (1 - y) x + (1 + (p - 1) y) (log1p(exp(-|x|)) + max(-x, 0)).
@@ -201,6 +254,8 @@ KILN_INSTANTIATE(Tensor<float> l1_loss<float>(const Tensor<float>&, const Tensor
 KILN_INSTANTIATE(Tensor<float> smooth_l1_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction, double));
 KILN_INSTANTIATE(Tensor<float> huber_loss<float>(const Tensor<float>&, const Tensor<float>&, Reduction, double));
 KILN_INSTANTIATE(Tensor<float> kl_div<float>(const Tensor<float>&, const Tensor<float>&, Reduction, bool));
+KILN_INSTANTIATE(Tensor<float> binary_cross_entropy<float>(const Tensor<float>&, const Tensor<float>&,
+                                                           OptionalTensor<float>, Reduction));
 KILN_INSTANTIATE(Tensor<float> binary_cross_entropy_with_logits<float>(const Tensor<float>&, const Tensor<float>&,
                                                                         Reduction, OptionalTensor<float>));
 KILN_INSTANTIATE(Tensor<float> nll_loss<float>(const Tensor<float>&, const Tensor<int64_t>&, OptionalTensor<float>,

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""PyTorch's float64 values for the binary_cross_entropy case of tests/nn/test_loss.cpp, printed as the comments
+and constants written there (the tests hold the numbers; they do not need PyTorch).
+
+Usage: python3 scripts/loss_reference.py   (needs torch; generated with torch 2.15.0 from pip)
+
+  bce         F.binary_cross_entropy on [2, 4] probabilities with 0 and 1 in the input (the log terms clamped
+              at -100, the gradient's denominator at PyTorch's EPSILON, the float 1e-12, so 1 / EPSILON is
+              1000000003995.8), weight [4] broadcast over the rows, the values it refuses
+"""
+import torch
+import torch.nn.functional as F
+
+torch.set_default_dtype(torch.float64)
+
+
+def show(name, t):
+    print(f"{name}: {[float(v) for v in t.detach().reshape(-1)]}")
+
+
+def bce():
+    x = torch.tensor([[0.2, 0.9, 0.5, 0.0], [1.0, 1e-50, 0.7, 0.35]], requires_grad=True)
+    y = torch.tensor([[0.0, 1.0, 0.3, 0.0], [0.0, 1.0, 0.25, 0.6]], requires_grad=True)
+    w = torch.tensor([0.5, 2.0, 1.0, 1.5])
+    none = F.binary_cross_entropy(x, y, reduction="none")
+    none.sum().backward()
+    show("bce none", none)
+    show("bce none: x.grad of its sum", x.grad)
+    show("bce none: y.grad of its sum", y.grad)
+    x.grad = None
+    mean = F.binary_cross_entropy(x, y.detach(), weight=w)
+    mean.backward()
+    show("bce mean, weight", mean)
+    show("bce mean, weight: x.grad", x.grad)
+    show("bce sum, weight", F.binary_cross_entropy(x, y, weight=w, reduction="sum"))
+    for bad in (1.5, -0.1, float("nan")):
+        for which in ("input", "target"):
+            a = torch.tensor([bad if which == "input" else 0.5])
+            b = torch.tensor([bad if which == "target" else 0.5])
+            try:
+                F.binary_cross_entropy(a, b)
+                print(f"bce {which} {bad}: accepted")
+            except RuntimeError as e:
+                print(f"bce {which} {bad}: {e}")
+
+
+print(f"torch {torch.__version__}")
+bce()
