@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""PyTorch's float64 values for the binary_cross_entropy case of tests/nn/test_loss.cpp, printed as the comments
-and constants written there (the tests hold the numbers; they do not need PyTorch).
+"""PyTorch's float64 values for the binary_cross_entropy and binary_cross_entropy_with_logits(weight=) cases of
+tests/nn/test_loss.cpp, printed as the comments and constants written there (the tests hold the numbers; they do
+not need PyTorch).
 
 Usage: python3 scripts/loss_reference.py   (needs torch; generated with torch 2.15.0 from pip)
 
   bce         F.binary_cross_entropy on [2, 4] probabilities with 0 and 1 in the input (the log terms clamped
               at -100, the gradient's denominator at PyTorch's EPSILON, the float 1e-12, so 1 / EPSILON is
               1000000003995.8), weight [4] broadcast over the rows, the values it refuses
+  bce_logits  F.binary_cross_entropy_with_logits on [2, 3] logits with weight [2, 1] and pos_weight [3]
 """
 import torch
 import torch.nn.functional as F
@@ -44,5 +46,27 @@ def bce():
                 print(f"bce {which} {bad}: {e}")
 
 
+def bce_logits():
+    x = torch.tensor([[0.3, -1.2, 2.5], [-0.4, 0.0, 4.0]], requires_grad=True)
+    y = torch.tensor([[1.0, 0.0, 0.6], [0.2, 0.5, 1.0]])
+    w = torch.tensor([[0.5], [2.0]])
+    pw = torch.tensor([1.0, 3.0, 0.5])
+    none = F.binary_cross_entropy_with_logits(x, y, weight=w, reduction="none")
+    show("bce_logits none, weight", none)
+    mean = F.binary_cross_entropy_with_logits(x, y, weight=w, pos_weight=pw)
+    mean.backward()
+    show("bce_logits mean, weight, pos_weight", mean)
+    show("bce_logits mean, weight, pos_weight: x.grad", x.grad)
+    show("bce_logits sum, weight, pos_weight",
+         F.binary_cross_entropy_with_logits(x, y, weight=w, pos_weight=pw, reduction="sum"))
+    for shape in ((2,), (2, 2, 1)):
+        try:
+            F.binary_cross_entropy_with_logits(x, y, weight=torch.ones(shape))
+            print(f"bce_logits weight {shape}: accepted")
+        except RuntimeError as e:
+            print(f"bce_logits weight {shape}: {e}")
+
+
 print(f"torch {torch.__version__}")
 bce()
+bce_logits()

@@ -288,4 +288,39 @@ TEST_CASE("binary_cross_entropy: clamped logs, PyTorch's gradient at 0 and 1, we
   CHECK(r.ok);
 }
 
+TEST_CASE("binary_cross_entropy_with_logits: weight broadcast to the input, with and without pos_weight, as PyTorch") {
+  // torch 2.15, float64 (scripts/loss_reference.py): x = [[0.3, -1.2, 2.5], [-0.4, 0.0, 4.0]],
+  // y = [[1.0, 0.0, 0.6], [0.2, 0.5, 1.0]], weight w = [[0.5], [2.0]], pos_weight p = [1.0, 3.0, 0.5]:
+  // F.binary_cross_entropy_with_logits(x, y, weight=w, reduction='none') as below; with pos_weight=p, 'mean'
+  // 0.8188665696438613 and its gradient as below, 'sum' 4.913199417863168. weight [2] or [2, 2, 1] refused (it does
+  // not broadcast to the input, or broadcasting would grow it).
+  Tensor<double> x = values({2, 3}, {0.3, -1.2, 2.5, -0.4, 0.0, 4.0});
+  const Tensor<double> y = values({2, 3}, {1.0, 0.0, 0.6, 0.2, 0.5, 1.0});
+  const Tensor<double> w = values({2, 1}, {0.5, 2.0}), p = values({3}, {1.0, 3.0, 0.5});
+  x.requires_grad_();
+  check_values(F::binary_cross_entropy_with_logits(x, y, Reduction::None, std::nullopt, w),
+               {0.27717762223426357, 0.1316412336690156, 0.5394448671462748, 1.1860305047999051, 1.3862943611198906,
+                0.036299855835619475});
+  const Tensor<double> mean = F::binary_cross_entropy_with_logits(x, y, Reduction::Mean, p, w);
+  CHECK(mean.item() == doctest::Approx(0.8188665696438613).epsilon(1e-13));
+  mean.backward();
+  check_values(x.grad(), {-0.035463123599028416, 0.019289601375081865, 0.028908272832094142, 0.06710411329584932,
+                          -0.16666666666666666, -0.0029977016603485915});
+  CHECK(F::binary_cross_entropy_with_logits(x, y, Reduction::Sum, p, w).item() ==
+        doctest::Approx(4.913199417863168).epsilon(1e-13));
+  CHECK_THROWS_WITH_AS(F::binary_cross_entropy_with_logits(x, y, Reduction::Mean, std::nullopt, values({2}, {1.0, 2.0})),
+                       "binary_cross_entropy_with_logits: shapes [2] and [2, 3] cannot be broadcast", ShapeError);
+  CHECK_THROWS_WITH_AS(F::binary_cross_entropy_with_logits(x, y, Reduction::Mean, p, full<double>({2, 2, 1}, 1.0)),
+                       "binary_cross_entropy_with_logits: weight of shape [2, 2, 1] does not broadcast to the input's "
+                       "shape [2, 3]",
+                       ShapeError);
+  const auto r = autograd::gradcheck(
+      [&](const Inputs& in) {
+        return F::binary_cross_entropy_with_logits(in[0], Tensor<double>(sigmoid(in[1])), Reduction::Sum, p, w);
+      },
+      {sample({2, 3}, 11), sample({2, 3}, 12)});
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
 }  // namespace test_nn_loss

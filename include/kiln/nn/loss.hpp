@@ -154,15 +154,21 @@ Tensor<T> binary_cross_entropy(const Tensor<T>& input, const Tensor<T>& target,
 }
 
 // Stable: max(x, 0) - x y + log(1 + exp(-|x|)); pos_weight p: (1 - y) x + (1 + (p - 1) y) (log1p(exp(-|x|)) + max(-x, 0)).
+// weight (broadcast to the input) rescales each element, as PyTorch's weight=; it comes last, after pos_weight,
+// unlike PyTorch's order, so that callers written before it keep compiling.
 template <Dtype T>
 Tensor<T> binary_cross_entropy_with_logits(const Tensor<T>& input, const Tensor<T>& target,
                                            Reduction reduction = Reduction::Mean,
-                                           OptionalTensor<T> pos_weight = std::nullopt) {
-  detail::check_same_shape("binary_cross_entropy_with_logits", input.shape(), target.shape());
+                                           OptionalTensor<T> pos_weight = std::nullopt,
+                                           OptionalTensor<T> weight = std::nullopt) {
+  constexpr const char* op = "binary_cross_entropy_with_logits";
+  detail::check_same_shape(op, input.shape(), target.shape());
   const auto softplus_neg = log1p(exp(-abs(input))) + maximum(-input, T(0));
-  if (pos_weight)
-    return detail::reduce(Tensor<T>((1 - target) * input + (1 + (*pos_weight - 1) * target) * softplus_neg), reduction);
-  return detail::reduce(Tensor<T>((1 - target) * input + softplus_neg), reduction);
+  if (pos_weight) {
+    const auto loss = (1 - target) * input + (1 + (*pos_weight - 1) * target) * softplus_neg;
+    return detail::reduce(detail::weighted<T>(op, loss, weight, input.shape()), reduction);
+  }
+  return detail::reduce(detail::weighted<T>(op, (1 - target) * input + softplus_neg, weight, input.shape()), reduction);
 }
 
 // Negative log likelihood of class indices: input [N, C, d...] (or [C]) of log-probabilities, target
@@ -257,7 +263,8 @@ KILN_INSTANTIATE(Tensor<float> kl_div<float>(const Tensor<float>&, const Tensor<
 KILN_INSTANTIATE(Tensor<float> binary_cross_entropy<float>(const Tensor<float>&, const Tensor<float>&,
                                                            OptionalTensor<float>, Reduction));
 KILN_INSTANTIATE(Tensor<float> binary_cross_entropy_with_logits<float>(const Tensor<float>&, const Tensor<float>&,
-                                                                        Reduction, OptionalTensor<float>));
+                                                                        Reduction, OptionalTensor<float>,
+                                                                        OptionalTensor<float>));
 KILN_INSTANTIATE(Tensor<float> nll_loss<float>(const Tensor<float>&, const Tensor<int64_t>&, OptionalTensor<float>,
                                                int64_t, Reduction));
 KILN_INSTANTIATE(Tensor<float> cross_entropy<float>(const Tensor<float>&, const Tensor<int64_t>&,
