@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch's float64 values for the binary_cross_entropy and binary_cross_entropy_with_logits(weight=) cases of
-tests/nn/test_loss.cpp, printed as the comments and constants written there (the tests hold the numbers; they do
-not need PyTorch).
+"""PyTorch's float64 values for the binary_cross_entropy, binary_cross_entropy_with_logits(weight=) and
+kl_div(reduction='batchmean') cases of tests/nn/test_loss.cpp, printed as the comments and constants written
+there (the tests hold the numbers; they do not need PyTorch).
 
 Usage: python3 scripts/loss_reference.py   (needs torch; generated with torch 2.15.0 from pip)
 
@@ -9,6 +9,7 @@ Usage: python3 scripts/loss_reference.py   (needs torch; generated with torch 2.
               at -100, the gradient's denominator at PyTorch's EPSILON, the float 1e-12, so 1 / EPSILON is
               1000000003995.8), weight [4] broadcast over the rows, the values it refuses
   bce_logits  F.binary_cross_entropy_with_logits on [2, 3] logits with weight [2, 1] and pos_weight [3]
+  kl_batch    F.kl_div(reduction='batchmean') on [3, 2], with and without log_target, and on a 0-d input
 """
 import torch
 import torch.nn.functional as F
@@ -67,6 +68,23 @@ def bce_logits():
             print(f"bce_logits weight {shape}: {e}")
 
 
+def kl_batch():
+    x = torch.tensor([[-1.2, -0.3], [-2.5, -0.7], [-1.0, -0.1]], requires_grad=True)
+    t = torch.tensor([[0.2, 0.0], [0.5, 0.3], [0.0, 1.0]])
+    lt = torch.tensor([[-1.0, -2.0], [0.3, -0.5], [-3.0, 0.0]])
+    batch = F.kl_div(x, t, reduction="batchmean")
+    batch.backward()
+    show("kl batchmean", batch)
+    show("kl batchmean: x.grad", x.grad)
+    show("kl batchmean, log_target", F.kl_div(x, lt, reduction="batchmean", log_target=True))
+    show("kl batchmean, 0-d", F.kl_div(torch.tensor(-0.5), torch.tensor(0.4), reduction="batchmean"))
+    try:
+        F.mse_loss(x, t, reduction="batchmean")
+    except ValueError as e:
+        print(f"mse_loss batchmean: {e}")
+
+
 print(f"torch {torch.__version__}")
 bce()
 bce_logits()
+kl_batch()

@@ -323,4 +323,47 @@ TEST_CASE("binary_cross_entropy_with_logits: weight broadcast to the input, with
   CHECK(r.ok);
 }
 
+TEST_CASE("kl_div: reduction BatchMean, as PyTorch's 'batchmean'; the other losses refuse it") {
+  // torch 2.15, float64 (scripts/loss_reference.py): x = [[-1.2, -0.3], [-2.5, -0.7], [-1.0, -0.1]],
+  // t = [[0.2, 0.0], [0.5, 0.3], [0.0, 1.0]]: F.kl_div(x, t, reduction='batchmean') 0.2567823286451421 (the sum / 3),
+  // gradient -t / 3; log_target=True, t = [[-1.0, -2.0], [0.3, -0.5], [-3.0, 0.0]]: 1.2482808543838848; a 0-d input
+  // -0.5 with target 0.4: -0.166516292749662 (the sum, not divided). F.mse_loss(reduction='batchmean'):
+  // "batchmean is not a valid value for reduction".
+  Tensor<double> x = values({3, 2}, {-1.2, -0.3, -2.5, -0.7, -1.0, -0.1});
+  const Tensor<double> t = values({3, 2}, {0.2, 0.0, 0.5, 0.3, 0.0, 1.0});
+  const Tensor<double> lt = values({3, 2}, {-1.0, -2.0, 0.3, -0.5, -3.0, 0.0});
+  x.requires_grad_();
+  const Tensor<double> batch = F::kl_div(x, t, Reduction::BatchMean);
+  CHECK(batch.item() == doctest::Approx(0.2567823286451421).epsilon(1e-13));
+  batch.backward();
+  check_values(x.grad(), {-0.06666666666666667, -0.0, -0.16666666666666666, -0.09999999999999999, -0.0,
+                          -0.3333333333333333});
+  CHECK(F::kl_div(x, lt, Reduction::BatchMean, true).item() == doctest::Approx(1.2482808543838848).epsilon(1e-13));
+  CHECK(F::kl_div(full<double>({}, -0.5), full<double>({}, 0.4), Reduction::BatchMean).item() ==
+        doctest::Approx(-0.166516292749662).epsilon(1e-13));
+  // Every other loss refuses it, naming itself (also those that hand their work to another loss).
+  const Tensor<double> p = full<double>({3, 2}, 0.5);
+  const Tensor<int64_t> c = classes({1, 0, 1});
+  const std::vector<std::pair<const char*, std::function<Tensor<double>()>>> refusing{
+      {"mse_loss", [&] { return F::mse_loss(x, t, Reduction::BatchMean); }},
+      {"l1_loss", [&] { return F::l1_loss(x, t, Reduction::BatchMean); }},
+      {"smooth_l1_loss", [&] { return F::smooth_l1_loss(x, t, Reduction::BatchMean, 0.0); }},
+      {"huber_loss", [&] { return F::huber_loss(x, t, Reduction::BatchMean); }},
+      {"binary_cross_entropy", [&] { return F::binary_cross_entropy(p, t, std::nullopt, Reduction::BatchMean); }},
+      {"binary_cross_entropy_with_logits",
+       [&] { return F::binary_cross_entropy_with_logits(x, t, Reduction::BatchMean); }},
+      {"nll_loss", [&] { return F::nll_loss(x, c, std::nullopt, -100, Reduction::BatchMean); }},
+      {"cross_entropy", [&] { return F::cross_entropy(x, c, std::nullopt, -100, Reduction::BatchMean, 0.1); }},
+      {"cross_entropy", [&] { return F::cross_entropy(x, t, std::nullopt, Reduction::BatchMean); }}};
+  for (const auto& [op, f] : refusing) {
+    const std::string message = std::string(op) + ": reduction BatchMean (PyTorch's 'batchmean') is kl_div's only";
+    CHECK_THROWS_WITH_AS(f(), message.c_str(), std::invalid_argument);
+  }
+  const auto r = autograd::gradcheck(
+      [&](const Inputs& in) { return F::kl_div(in[0], in[1], Reduction::BatchMean, true); },
+      {sample({3, 4}, 13), sample({3, 4}, 14)});
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
 }  // namespace test_nn_loss

@@ -3,7 +3,7 @@
 // ignore_index, weight), nll_loss, mse_loss, l1_loss, smooth_l1_loss, huber_loss, kl_div,
 // binary_cross_entropy, binary_cross_entropy_with_logits.
 // Built from kiln's differentiable ops (log_softmax, gather, fused expressions, sum/mean), so each is
-// stable (log-sum-exp) and has its backward; reduction None, Mean (default) or Sum.
+// stable (log-sum-exp) and has its backward; reduction None, Mean (default) or Sum, and for kl_div BatchMean.
 #include <cmath>
 #include <optional>
 
@@ -14,7 +14,8 @@
 
 namespace kiln::nn {
 
-enum class Reduction { None, Mean, Sum };
+// BatchMean is PyTorch's reduction='batchmean', which only kl_div accepts: the sum divided by input.size(0).
+enum class Reduction { None, Mean, Sum, BatchMean };
 
 namespace functional {
 
@@ -23,13 +24,21 @@ template <class T>
 using OptionalTensor = std::optional<std::type_identity_t<Tensor<T>>>;
 
 namespace detail {
+// Every loss but kl_div refuses BatchMean, as PyTorch refuses 'batchmean'.
+inline void check_reduction(const char* op, Reduction r) {
+  check<std::invalid_argument>(r != Reduction::BatchMean, op,
+                               ": reduction BatchMean (PyTorch's 'batchmean') is kl_div's only");
+}
 template <Dtype T>
-Tensor<T> reduce(const Tensor<T>& loss, Reduction r) {
+Tensor<T> reduce(const Tensor<T>& loss, Reduction r, const char* op) {
   switch (r) {
     case Reduction::None: return loss;
     case Reduction::Sum: return sum(loss);
-    default: return mean(loss);
+    case Reduction::Mean: return mean(loss);
+    case Reduction::BatchMean: break;  // kl_div divides its Sum itself
   }
+  check_reduction(op, r);
+  throw std::invalid_argument(kiln::detail::cat(op, ": unknown reduction ", int(r)));
 }
 // total / count for the 'mean' reductions of the class-index losses: NaN where count is 0 (every
 // target ignored), as PyTorch, with a zero gradient for the input there (PyTorch's nll_loss backward skips
@@ -97,13 +106,13 @@ Tensor<T> weighted(const char* op, const E& loss, const OptionalTensor<T>& weigh
 template <Dtype T>
 Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, Reduction reduction = Reduction::Mean) {
   detail::check_same_shape("mse_loss", input.shape(), target.shape());
-  return detail::reduce(Tensor<T>(square(input - target)), reduction);
+  return detail::reduce(Tensor<T>(square(input - target)), reduction, "mse_loss");
 }
 
 template <Dtype T>
 Tensor<T> l1_loss(const Tensor<T>& input, const Tensor<T>& target, Reduction reduction = Reduction::Mean) {
   detail::check_same_shape("l1_loss", input.shape(), target.shape());
-  return detail::reduce(Tensor<T>(abs(input - target)), reduction);
+  return detail::reduce(Tensor<T>(abs(input - target)), reduction, "l1_loss");
 }
 
 // 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta.
@@ -112,9 +121,10 @@ Tensor<T> smooth_l1_loss(const Tensor<T>& input, const Tensor<T>& target, Reduct
                          double beta = 1.0) {
   detail::check_same_shape("smooth_l1_loss", input.shape(), target.shape());
   check<std::invalid_argument>(beta >= 0, "smooth_l1_loss: beta must be >= 0, got ", beta);
+  detail::check_reduction("smooth_l1_loss", reduction);  // before l1_loss would name itself
   if (beta == 0) return l1_loss(input, target, reduction);
   const auto d = abs(input - target);
-  return detail::reduce(Tensor<T>(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta)), reduction);
+  return detail::reduce(Tensor<T>(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta)), reduction, "smooth_l1_loss");
 }
 
 // 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta): smooth_l1_loss with beta = delta, times delta.
@@ -124,20 +134,29 @@ Tensor<T> huber_loss(const Tensor<T>& input, const Tensor<T>& target, Reduction 
   detail::check_same_shape("huber_loss", input.shape(), target.shape());
   check<std::invalid_argument>(delta > 0, "huber_loss: delta must be > 0, got ", delta);
   const auto d = abs(input - target);
-  return detail::reduce(Tensor<T>(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)), reduction);
+  return detail::reduce(Tensor<T>(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)), reduction, "huber_loss");
 }
 
 // Kullback-Leibler divergence of input log-probabilities from target probabilities, pointwise:
 // target (log target - input), 0 where target is 0 (PyTorch's xlogy); log_target: exp(target) (target - input).
-// PyTorch's reduction='batchmean' is Reduction::Sum divided by the batch size.
+// Reduction::BatchMean (PyTorch's 'batchmean', the KL divergence per sample) divides the sum by input.size(0), and
+// leaves a 0-d input's sum as it is, as PyTorch.
 template <Dtype T>
 Tensor<T> kl_div(const Tensor<T>& input, const Tensor<T>& target, Reduction reduction = Reduction::Mean,
                  bool log_target = false) {
   detail::check_same_shape("kl_div", input.shape(), target.shape());
-  if (log_target) return detail::reduce(Tensor<T>(exp(target) * (target - input)), reduction);
-  const Tensor<bool> zero = target == T(0);
-  const auto xlogx = where(zero, T(0), target * log(where(zero, T(1), target)));
-  return detail::reduce(Tensor<T>(xlogx - target * input), reduction);
+  const bool batch_mean = reduction == Reduction::BatchMean;
+  const Reduction r = batch_mean ? Reduction::Sum : reduction;
+  Tensor<T> out;
+  if (log_target) {
+    out = detail::reduce(Tensor<T>(exp(target) * (target - input)), r, "kl_div");
+  } else {
+    const Tensor<bool> zero = target == T(0);
+    const auto xlogx = where(zero, T(0), target * log(where(zero, T(1), target)));
+    out = detail::reduce(Tensor<T>(xlogx - target * input), r, "kl_div");
+  }
+  if (!batch_mean || input.dim() == 0) return out;
+  return Tensor<T>(out / double(input.size(0)));
 }
 
 // Binary cross entropy of probabilities (input and target in [0, 1], else refused, as PyTorch): each log term is
@@ -150,7 +169,7 @@ Tensor<T> binary_cross_entropy(const Tensor<T>& input, const Tensor<T>& target,
   detail::check_probabilities(op, "input", input);
   detail::check_probabilities(op, "target", target);
   const Tensor<T> loss = detail::BinaryCrossEntropy<T>::apply(input, target);
-  return detail::reduce(detail::weighted<T>(op, loss, weight, input.shape()), reduction);
+  return detail::reduce(detail::weighted<T>(op, loss, weight, input.shape()), reduction, op);
 }
 
 // Stable: max(x, 0) - x y + log(1 + exp(-|x|)); pos_weight p: (1 - y) x + (1 + (p - 1) y) (log1p(exp(-|x|)) + max(-x, 0)).
@@ -166,9 +185,10 @@ Tensor<T> binary_cross_entropy_with_logits(const Tensor<T>& input, const Tensor<
   const auto softplus_neg = log1p(exp(-abs(input))) + maximum(-input, T(0));
   if (pos_weight) {
     const auto loss = (1 - target) * input + (1 + (*pos_weight - 1) * target) * softplus_neg;
-    return detail::reduce(detail::weighted<T>(op, loss, weight, input.shape()), reduction);
+    return detail::reduce(detail::weighted<T>(op, loss, weight, input.shape()), reduction, op);
   }
-  return detail::reduce(detail::weighted<T>(op, (1 - target) * input + softplus_neg, weight, input.shape()), reduction);
+  return detail::reduce(detail::weighted<T>(op, (1 - target) * input + softplus_neg, weight, input.shape()), reduction,
+                        op);
 }
 
 // Negative log likelihood of class indices: input [N, C, d...] (or [C]) of log-probabilities, target
@@ -196,7 +216,7 @@ Tensor<T> nll_loss(const Tensor<T>& input, const Tensor<int64_t>& target, Option
   }
   const Tensor<T> loss = -picked * w;
   if (reduction == Reduction::Mean) return detail::divide_by_count(Tensor<T>(sum(loss)), Tensor<T>(sum(w)));
-  return detail::reduce(loss, reduction);
+  return detail::reduce(loss, reduction, "nll_loss");
 }
 
 // Cross entropy of raw scores: log_softmax over the class dim, then nll_loss; label_smoothing mixes in
@@ -208,6 +228,7 @@ Tensor<T> cross_entropy(const Tensor<T>& input, const Tensor<int64_t>& target,
   check<std::invalid_argument>(label_smoothing >= 0 && label_smoothing <= 1,
                                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   detail::check_class_target("cross_entropy", input, target.shape());
+  detail::check_reduction("cross_entropy", reduction);  // before nll_loss would name itself
   const int class_dim = input.dim() == 1 ? 0 : 1;
   const Tensor<T> logp = log_softmax(input, class_dim);
   const Tensor<T> nll = nll_loss(logp, target, weight, ignore_index, reduction);
@@ -231,7 +252,7 @@ Tensor<T> cross_entropy(const Tensor<T>& input, const Tensor<int64_t>& target,
     }
     smooth_reduced = detail::divide_by_count(Tensor<T>(sum(smooth)), denom);
   } else {
-    smooth_reduced = detail::reduce(smooth, reduction);
+    smooth_reduced = detail::reduce(smooth, reduction, "cross_entropy");
   }
   return Tensor<T>(nll * (1 - label_smoothing) + smooth_reduced * (label_smoothing / double(classes)));
 }
@@ -251,7 +272,7 @@ Tensor<T> cross_entropy(const Tensor<T>& input, const Tensor<T>& target, Optiona
     for (int d = 0; d < input.dim(); ++d) line.push_back(d == class_dim ? classes : 1);
     y = Tensor<T>(y * weight->reshape(line));
   }
-  return detail::reduce(Tensor<T>(-sum(logp * y, class_dim)), reduction);
+  return detail::reduce(Tensor<T>(-sum(logp * y, class_dim)), reduction, "cross_entropy");
 }
 
 // The float losses are instantiated once in the compiled part of a separately compiled program (core/config.hpp).
