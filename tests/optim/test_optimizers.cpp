@@ -328,4 +328,20 @@ TEST_CASE("maximize: SGD, Adam, AdamW and RMSprop ascend, the gradient negated b
     }
 }
 
+TEST_CASE("maximize: one shared gradient orientation, the gradient itself (no multiply, no copy) when off") {
+  // SGD, Adam/AdamW and RMSprop take their update's gradient from optim::detail::oriented_grad: off, the parameter's
+  // gradient tensor itself, so the fused update reads it as it is; on, its negation, the gradient left untouched.
+  Tensor<double> g = empty<double>({3});
+  g.data_ptr()[0] = 0.5, g.data_ptr()[1] = -2.0, g.data_ptr()[2] = 0.0;
+  const Tensor<double> off = optim::detail::oriented_grad(g, false);
+  CHECK(off.data_ptr() == g.data_ptr());
+  const Tensor<double> on = optim::detail::oriented_grad(g, true);
+  CHECK(on.data_ptr() != g.data_ptr());
+  for (int64_t i = 0; i < 3; ++i) {
+    CHECK(on.data_ptr()[i] == -g.data_ptr()[i]);
+    CHECK(std::signbit(on.data_ptr()[i]) != std::signbit(g.data_ptr()[i]));
+  }
+  CHECK(g.data_ptr()[1] == -2.0);
+}
+
 }  // namespace test_optim_optimizers

@@ -93,7 +93,7 @@ void AdamBase<T, Options, kDecoupled>::update(Tensor<T>& p, const Tensor<T>& gra
   const double bc2_sqrt = std::sqrt(1 - std::pow(b2, double(s.step)));
   const double keep = kDecoupled ? 1 - lr * wd : 1.0;  // AdamW decays p first
   const double l2 = kDecoupled ? 0.0 : wd;             // Adam adds wd * p to the gradient
-  const auto g = grad * (o.maximize() ? -1.0 : 1.0) + p * l2;
+  const auto g = detail::oriented_grad(grad, o.maximize()) + p * l2;
   const auto m = s.m * b1 + g * (1 - b1);
   const auto v = s.v * b2 + g * g * (1 - b2);
   if (o.amsgrad()) {

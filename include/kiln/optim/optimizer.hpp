@@ -34,6 +34,17 @@ namespace kiln::optim {
 // One parameter's optimizer state by name ("step", "exp_avg", ...); empty before its first update.
 using ParamState = std::map<std::string, AnyTensor>;
 
+namespace detail {
+// The gradient an update uses, PyTorch's maximize: -grad to ascend, before weight decay and the rest. Off (the usual
+// case) it is grad itself, so the fused update reads it with no multiply; on, -grad costs one pass of its own.
+template <Dtype T>
+Tensor<T> oriented_grad(const Tensor<T>& grad, bool maximize) {
+  if (!maximize) return grad;
+  NoGradGuard no_grad;
+  return Tensor<T>(-grad);
+}
+}  // namespace detail
+
 template <class Options, Dtype T>
 class Optimizer {
  public:
@@ -163,7 +174,7 @@ class Optimizer {
     check<ShapeError>(it->second.numel() == 1, "optimizer load_state_dict: \"", key, "\" must hold one value, got shape ",
                       it->second.shape());
     // The one element read as it is stored (not through AnyTensor::to, which would compile 49 conversions).
-    return detail::dispatch_dtype(it->second.dtype(), [&](auto tag) {
+    return kiln::detail::dispatch_dtype(it->second.dtype(), [&](auto tag) {
       return double(static_cast<compute_t<typename decltype(tag)::type>>(
           *static_cast<const typename decltype(tag)::type*>(it->second.data_ptr())));
     });

@@ -72,7 +72,7 @@ void RMSprop<T>::update(Tensor<T>& p, const Tensor<T>& grad, const RMSpropOption
     if (o.momentum() > 0) s.b = Optimizer<RMSpropOptions, T>::zeros_like(p);
   }
   const double alpha = o.alpha(), lr = o.lr(), mu = o.momentum(), eps = o.eps();
-  const auto g = grad * (o.maximize() ? -1.0 : 1.0) + p * o.weight_decay();
+  const auto g = detail::oriented_grad(grad, o.maximize()) + p * o.weight_decay();
   const auto v = s.v * alpha + g * g * (1 - alpha);
   if (o.centered()) {
     const auto a = s.a * alpha + g * (1 - alpha);

@@ -52,7 +52,7 @@ void SGD<T>::update(Tensor<T>& p, const Tensor<T>& grad, const SGDOptions& o) {
   check<std::invalid_argument>(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0),
                                "SGD: Nesterov momentum requires a momentum and zero dampening");
   const double lr = o.lr(), wd = o.weight_decay(), mu = o.momentum();
-  const auto g = grad * (o.maximize() ? -1.0 : 1.0) + p * wd;
+  const auto g = detail::oriented_grad(grad, o.maximize()) + p * wd;
   if (mu == 0) {
     eval_all({&p}, p - g * lr);
     return;
