@@ -53,6 +53,10 @@ struct KernelSource {
   KernelVariant variant;
   size_t descriptor_bytes = 0;
   bool descriptor_by_pointer = false;
+  // Kernels that cooperate within a block (shared memory, __syncthreads) need exactly block_threads threads
+  // and shared_bytes of dynamic shared memory; 0 for the grid-stride kernels, which take any block size.
+  int block_threads = 0;
+  size_t shared_bytes = 0;
 };
 
 namespace detail {
