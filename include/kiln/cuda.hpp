@@ -5,11 +5,13 @@
 //
 // What is here so far (issue 5, docs/cuda.md): CUDA source generated from the op table for any expression
 // and its fused backward (codegen.hpp, descriptor.hpp), NVRTC compilation to cubins (nvrtc.hpp), the kernel
-// cache in memory and on disk (kernel_cache.hpp), the caching allocator's logic (allocator.hpp) and the
-// driver's device queries (driver.hpp). CUDA tensors, launches and the driver's memory calls are not yet.
+// cache in memory and on disk (kernel_cache.hpp), the caching allocator (allocator.hpp), the driver's device
+// queries (driver.hpp), and device memory and kernel launches through the driver (runtime.hpp). CUDA tensors
+// are not yet.
 #include "kiln/cuda/allocator.hpp"
 #include "kiln/cuda/codegen.hpp"
 #include "kiln/cuda/descriptor.hpp"
 #include "kiln/cuda/driver.hpp"
 #include "kiln/cuda/kernel_cache.hpp"
 #include "kiln/cuda/nvrtc.hpp"
+#include "kiln/cuda/runtime.hpp"

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "compare.hpp"
 #include "host_shim.hpp"
 #include "kiln/attention.hpp"
 #include "kiln/attention/flex_cuda.hpp"
@@ -24,26 +25,6 @@ namespace {
 // the mask's state is shared by sub-tiles; 2 threads per row and key.
 at::FlexKernelConfig small_config(int64_t D, int64_t Dv, const std::string& entry) {
   return {.D = D, .Dv = Dv, .block_q = 8, .block_kv = 8, .threads_per_row = 2, .entry = entry};
-}
-
-template <class T>
-std::vector<double> values(const Tensor<T>& t) {
-  std::vector<double> out;
-  for (const T& x : t.contiguous().to_vector()) out.push_back(double(x));
-  return out;
-}
-
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  int bad = 0;
-  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
-    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
-    if (same_inf || std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i]))) continue;
-    ++bad;
-    INFO(what, ": element ", i, " is ", got[i], ", the CPU gives ", want[i]);
-    CHECK(false);
-  }
-  CHECK(bad == 0);
 }
 
 // One attention problem: the four kernels run in order on the shim (forward, delta, backward, store_dq), each
@@ -116,24 +97,24 @@ void add_problem(ShimSuite& s, const std::string& label, Tensor<T> q, Tensor<T> 
   const std::vector<uint64_t> words = at::flex_descriptor(ks, x, score_mod, bm, p->states.data(), cfg);
   for (const cuda::KernelSource* k : {&ks.forward, &ks.delta, &ks.backward, &ks.store_dq}) s.add_kernel(*k);
 
-  const std::vector<double> want_out = values(ref.output), want_lse = values(ref.lse), want_dq = values(q.grad()),
-                            want_dk = values(k.grad()), want_dv = values(v.grad());
+  const std::vector<double> want_out = values_of(ref.output), want_lse = values_of(ref.lse), want_dq = values_of(q.grad()),
+                            want_dk = values_of(k.grad()), want_dv = values_of(v.grad());
   std::vector<std::vector<double>> want_captured;
-  for (const Tensor<float>& c : captured) want_captured.push_back(values(c.grad()));
+  for (const Tensor<float>& c : captured) want_captured.push_back(values_of(c.grad()));
   s.add_run(label + ": forward", ks.forward, words, [=] {
     CHECK(p->error == 0);
-    expect_close(values(p->out), want_out, tol, label + ": output");
-    expect_close(values(p->lse), want_lse, tol, label + ": lse");
+    expect_close(values_of(p->out), want_out, tol, label + ": output");
+    expect_close(values_of(p->lse), want_lse, tol, label + ": lse");
   });
   s.add_run(label + ": delta", ks.delta, words, [] {});
   s.add_run(label + ": backward", ks.backward, words, [=] {
     CHECK(p->error == 0);
-    expect_close(values(p->dk), want_dk, tol, label + ": dk");
-    expect_close(values(p->dv), want_dv, tol, label + ": dv");
+    expect_close(values_of(p->dk), want_dk, tol, label + ": dk");
+    expect_close(values_of(p->dv), want_dv, tol, label + ": dv");
     for (size_t i = 0; i < want_captured.size(); ++i)
-      expect_close(values(p->captured_grads[i]), want_captured[i], tol, label + ": captured gradient");
+      expect_close(values_of(p->captured_grads[i]), want_captured[i], tol, label + ": captured gradient");
   });
-  s.add_run(label + ": store_dq", ks.store_dq, words, [=] { expect_close(values(p->dq), want_dq, tol, label + ": dq"); });
+  s.add_run(label + ": store_dq", ks.store_dq, words, [=] { expect_close(values_of(p->dq), want_dq, tol, label + ": dq"); });
 }
 
 template <Dtype T>

@@ -11,6 +11,11 @@
 
 namespace kiln::cuda {
 
+// A CUDA driver call failed on a device that is there (an illegal address, a launch that does not fit...).
+struct CudaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class Driver {
  public:
   // The initialized driver; throws CudaUnavailableError when libcuda is missing or cuInit fails.
@@ -30,6 +35,16 @@ class Driver {
   }
   // The driver's CUDA version as major * 1000 + minor * 10.
   int version() const { return version_; }
+
+  // The driver's function `name` (cuda/runtime.hpp calls through these), as F.
+  template <class F>
+  F symbol(const char* name) const {
+    return lib_.symbol<F>(name);
+  }
+  // Throws CudaError naming the call and the driver's reason unless status is CUDA_SUCCESS.
+  void require(int status, const char* call) const {
+    if (status != 0) throw CudaError(message(status, call));
+  }
 
  private:
   using InitFn = int (*)(unsigned);
@@ -63,13 +78,15 @@ class Driver {
     }
   }
 
-  void check(int status, const char* call) const {
-    if (status == 0) return;
+  std::string message(int status, const char* call) const {
     using ErrorStringFn = int (*)(int, const char**);
     const char* text = nullptr;
     lib_.symbol<ErrorStringFn>("cuGetErrorString")(status, &text);
-    throw CudaUnavailableError(kiln::detail::cat("kiln::cuda: ", call, " failed: ", text ? text : "unknown error",
-                                                 " (", status, ")"));
+    return kiln::detail::cat("kiln::cuda: ", call, " failed: ", text ? text : "unknown error", " (", status, ")");
+  }
+  // During initialization a failure means CUDA is unavailable.
+  void check(int status, const char* call) const {
+    if (status != 0) throw CudaUnavailableError(message(status, call));
   }
 
   DynamicLibrary lib_;

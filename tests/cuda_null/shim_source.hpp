@@ -1,0 +1,89 @@
+#pragma once
+// The C++ that lets generated CUDA kernels compile for the host (used by the tests' host shim, host_shim.hpp, and
+// by the emulated device's NVRTC, emulated/nvrtc.cpp): what CUDA provides (blockIdx, threadIdx, __global__,
+// __shared__, __syncthreads, the math functions' float overloads, the bit casts, atomicAdd), and the host entry
+// point of a kernel, which runs every (block, thread) of a grid: one after another, or, for kernels that cooperate
+// within a block (shared memory and __syncthreads), each block as that many host threads meeting at a barrier over
+// one shared-memory array. Signed overflow must wrap (-fwrapv), as it does on the GPU. Plain C++: no kiln header.
+#include <string>
+
+namespace kiln::test {
+
+inline constexpr const char* kHostShim = R"SHIM(#include <barrier>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+struct kiln_shim_dim { unsigned x, y, z; };
+static thread_local kiln_shim_dim threadIdx, blockIdx;
+static kiln_shim_dim blockDim, gridDim;
+using std::abs; using std::ceil; using std::cos; using std::erf; using std::exp; using std::exp2; using std::expm1;
+using std::fabs; using std::floor; using std::fmax; using std::fmin; using std::log; using std::log1p; using std::log2;
+using std::pow; using std::rint; using std::sin; using std::sqrt; using std::tan; using std::tanh; using std::trunc;
+inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+template <class T> inline T min(T a, T b) { return b < a ? b : a; }
+template <class T> inline T max(T a, T b) { return a < b ? b : a; }
+static std::mutex kiln_shim_atomic;
+template <class T> inline T atomicAdd(T* p, T v) {
+  std::lock_guard<std::mutex> lock(kiln_shim_atomic);
+  const T old = *p;
+  *p = T(old + v);
+  return old;
+}
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline double __longlong_as_double(long long u) { double f; std::memcpy(&f, &u, 8); return f; }
+// A cooperating block: its threads, its barrier and its shared memory (one block runs at a time).
+alignas(16) unsigned char kiln_smem[256 * 1024];
+static std::barrier<>* kiln_shim_block_barrier = nullptr;
+inline void __syncthreads() { kiln_shim_block_barrier->arrive_and_wait(); }
+template <class Kernel>
+void kiln_shim_run_blocks(unsigned grid, unsigned block, Kernel kernel) {
+  gridDim = {grid, 1, 1};
+  blockDim = {block, 1, 1};
+  for (unsigned b = 0; b < grid; ++b) {
+    std::barrier<> barrier(block);
+    kiln_shim_block_barrier = &barrier;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < block; ++t)
+      threads.emplace_back([=] {
+        blockIdx = {b, 0, 0};
+        threadIdx = {t, 0, 0};
+        kernel();
+      });
+    for (std::thread& th : threads) th.join();
+  }
+}
+template <class Kernel>
+void kiln_shim_run_sequential(unsigned grid, unsigned block, Kernel kernel) {
+  gridDim = {grid, 1, 1};
+  blockDim = {block, 1, 1};
+  for (unsigned b = 0; b < grid; ++b)
+    for (unsigned t = 0; t < block; ++t) {
+      blockIdx = {b, 0, 0};
+      threadIdx = {t, 0, 0};
+      kernel();
+    }
+}
+)SHIM";
+
+// The host entry point `<entry>_host(const void* desc, unsigned grid, unsigned block)` of a kernel whose
+// descriptor struct is `<entry>_desc`, passed by value (desc points at the block) or by pointer.
+inline std::string host_entry(const std::string& entry, bool descriptor_by_pointer, bool cooperative) {
+  const std::string desc = entry + "_desc";
+  const std::string call = entry + (descriptor_by_pointer ? "(static_cast<const " + desc + "*>(desc))"
+                                                          : "(*static_cast<const " + desc + "*>(desc))");
+  return "extern \"C\" void " + entry + "_host(const void* desc, unsigned grid, unsigned block) {\n  " +
+         (cooperative ? "kiln_shim_run_blocks" : "kiln_shim_run_sequential") + "(grid, block, [=] { " + call +
+         "; });\n}\n";
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,216 @@
+// kiln's CUDA runtime (cuda/runtime.hpp: device memory, the caching allocator over it, module loading through the
+// kernel cache, launches) end to end on the emulated device (emulated/driver.cpp and emulated/nvrtc.cpp, loaded
+// through KILN_CUDA_DRIVER_LIBRARY and KILN_NVRTC_LIBRARY, which tests/meson.build sets for this executable): data
+// copied to the device, generated kernels launched on it, results copied back and compared with the CPU.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "kiln/attention.hpp"
+#include "kiln/attention/flex_cuda.hpp"
+#include "kiln/cuda/descriptor.hpp"
+#include "kiln/cuda/runtime.hpp"
+#include "kiln/kiln.hpp"
+
+#include "compare.hpp"
+
+// Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
+namespace test_cuda_emulated_device {
+
+using namespace kiln;
+using kiln::test::expect_close;
+namespace at = kiln::attention;
+
+namespace {
+
+// Every run starts with an empty kernel cache of its own (set before the process-wide cache is first made).
+const bool fresh_cache = [] {
+  const auto dir = std::filesystem::temp_directory_path() / kiln::detail::cat("kiln-emulated-cache-", ::getpid());
+  std::filesystem::remove_all(dir);
+  ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+  return true;
+}();
+
+cuda::DeviceContext& device() { return cuda::DeviceContext::get(0); }
+
+// A device copy of a host tensor (contiguous), as a tensor over the device memory, which the allocator serves.
+template <Dtype T>
+Tensor<T> to_device(const Tensor<T>& host) {
+  const Tensor<T> c = host.contiguous();
+  const size_t bytes = size_t(c.numel()) * sizeof(T);
+  void* p = device().allocator().allocate(bytes);
+  device().copy_to_device(p, c.data_ptr(), bytes);
+  return from_blob(static_cast<T*>(p), c.shape(), [](void* q) { device().allocator().free(q); });
+}
+template <Dtype T>
+Tensor<T> device_zeros(const Shape& shape) {
+  const size_t bytes = size_t(numel_of(shape)) * sizeof(T);
+  void* p = device().allocator().allocate(bytes);
+  device().fill_zero(p, bytes);
+  return from_blob(static_cast<T*>(p), shape, [](void* q) { device().allocator().free(q); });
+}
+template <Dtype T>
+Tensor<T> to_host(const Tensor<T>& dev) {
+  Tensor<T> host = empty<T>(dev.shape());
+  device().synchronize();
+  device().copy_to_host(host.data_ptr(), dev.data_ptr(), size_t(dev.numel()) * sizeof(T));
+  return host;
+}
+
+}  // namespace
+
+TEST_CASE("the emulated device is a CUDA device of compute capability 9.0") {
+  CHECK(cuda::is_available());
+  CHECK(cuda::device_count() == 1);
+  CHECK(device().arch() == 90);
+  CHECK(device().name() == "cuda:0");
+  CHECK_THROWS_AS(cuda::DeviceContext::get(1), std::out_of_range);
+}
+
+TEST_CASE("device memory: copies both ways, zero fill, the caching allocator's reuse, out of memory") {
+  Generator g(1);
+  const Tensor<float> x = randn<float>({1000}, &g);
+  cuda::CachingAllocator& alloc = device().allocator();
+  const auto before = alloc.stats();
+  {
+    const Tensor<float> d = to_device(x);
+    expect_close(to_host(d), x, 0, "round trip");
+    device().fill_zero(d.data_ptr() + 10, 20 * sizeof(float));
+    const Tensor<float> back = to_host(d);
+    for (int64_t i = 0; i < 1000; ++i) CHECK(back.data_ptr()[i] == (i >= 10 && i < 30 ? 0.0f : x.data_ptr()[i]));
+  }
+  // The block went back to the cache; the same size again is served from it, without the driver.
+  { const Tensor<float> d = to_device(x); }
+  const auto after = alloc.stats();
+  CHECK(after.device_allocations - before.device_allocations <= 1);
+  CHECK(after.cache_hits - before.cache_hits >= 1);
+
+  // A budget of 1 MiB: 2 MiB frees the cache, retries, then throws naming the device and the request.
+  ::setenv("KILN_EMULATED_DEVICE_BYTES", "1048576", 1);
+  CHECK_THROWS_WITH_AS(alloc.allocate(size_t(2) << 20), doctest::Contains("out of memory on cuda:0: 2097152 bytes"),
+                       OutOfMemoryError);
+  ::unsetenv("KILN_EMULATED_DEVICE_BYTES");
+  CHECK(alloc.stats().oom_retries == after.oom_retries + 1);
+}
+
+TEST_CASE("an expression's forward and backward kernels launch through the kernel cache and the driver") {
+  Generator g(2);
+  const Tensor<float> a = randn<float>({5, 61}, &g), b = randn<float>({5, 61}, &g), c = randn<float>({5, 61}, &g),
+                      up = randn<float>({5, 61}, &g);
+  const Tensor<float> da = to_device(a), db = to_device(b), dc = to_device(c), dup = to_device(up);
+  const auto e = da * db + sin(dc) * 0.5f;
+  const Tensor<float> want = a * b + sin(c) * 0.5f;
+  const Tensor<float> out = device_zeros<float>({5, 61});
+  const cuda::KernelSource fk = cuda::forward_kernel(e, cuda::choose_variant(e, e.shape(), out.strides()), "emulated_forward");
+  const auto words = cuda::detail::descriptor(fk, e.shape(), {{out.data_ptr(), out.strides()}}, {}, e);
+  const auto compiles = cuda::kernel_cache().stats().compiles;
+  device().launch(fk, words, {.grid = 2, .block = 64});
+  expect_close(to_host(out), want, 1e-6, "a * b + sin(c) * 0.5");
+  CHECK(cuda::kernel_cache().stats().compiles == compiles + 1);
+
+  // Again: no compile, no new module.
+  const size_t modules = device().modules_loaded();
+  device().fill_zero(out.data_ptr(), 5 * 61 * sizeof(float));
+  device().launch(fk, words, {.grid = 3, .block = 32});
+  expect_close(to_host(out), want, 1e-6, "second launch");
+  CHECK(cuda::kernel_cache().stats().compiles == compiles + 1);
+  CHECK(device().modules_loaded() == modules);
+
+  // The fused backward: every leaf's gradient in one pass.
+  const cuda::KernelSource bk = cuda::backward_kernel(e, cuda::choose_variant(e, e.shape(), out.strides()), "emulated_backward");
+  const Tensor<float> ga = device_zeros<float>({5, 61}), gb = device_zeros<float>({5, 61}), gc = device_zeros<float>({5, 61});
+  const auto bwords = cuda::detail::descriptor(
+      bk, e.shape(), {{ga.data_ptr(), ga.strides()}, {gb.data_ptr(), gb.strides()}, {gc.data_ptr(), gc.strides()}},
+      {{dup.data_ptr(), dup.strides()}}, e);
+  device().launch(bk, bwords, {.grid = 2, .block = 64});
+  expect_close(to_host(ga), Tensor<float>(up * b), 1e-6, "d/da");
+  expect_close(to_host(gb), Tensor<float>(up * a), 1e-6, "d/db");
+  expect_close(to_host(gc), Tensor<float>(up * cos(c) * 0.5f), 1e-6, "d/dc");
+}
+
+TEST_CASE("a descriptor past the parameter limit goes to the device and is freed at synchronize") {
+  std::vector<Tensor<float>> host, dev;
+  Generator g(3);
+  for (int i = 0; i < 64; ++i) {  // rank 8, each leaf broadcast along other dims: the strided loop's block is 4.7 KB
+    Shape s = Shape::filled(8, 1);
+    s[i % 8] = 2;
+    s[(i + 3) % 8] = 2;
+    host.push_back(randn<float>(s, &g));
+    dev.push_back(to_device(host.back()));
+  }
+  const auto e = [&]<size_t... I>(std::index_sequence<I...>) {
+    return (... + (Leaf<float>(dev[I].impl_ptr()) * float(I + 1)));
+  }(std::make_index_sequence<64>{});
+  const Tensor<float> out = device_zeros<float>(Shape::filled(8, 2));
+  const cuda::KernelSource k = cuda::forward_kernel(e, cuda::choose_variant(e, e.shape(), out.strides()), "emulated_many");
+  REQUIRE(k.descriptor_by_pointer);
+  const auto words = cuda::detail::descriptor(k, e.shape(), {{out.data_ptr(), out.strides()}}, {}, e);
+  const int64_t live = device().allocator().memory_allocated();
+  device().launch(k, words, {.grid = 1, .block = 32});
+  CHECK(device().allocator().memory_allocated() > live);  // the block's device copy, until the launch is done
+  Tensor<double> want = zeros<double>(Shape::filled(8, 2));
+  for (int i = 0; i < 64; ++i) want = want + host[size_t(i)].to<double>() * double(i + 1);
+  expect_close(to_host(out).to<double>(), want, 1e-4, "64 leaves");  // (float sums of 64 terms; to_host synchronizes)
+  CHECK(device().allocator().memory_allocated() == live);
+}
+
+TEST_CASE("flex_attention's kernels on the emulated device at a GPU's tile shape equal the CPU's") {
+  // D = 64 with 64 x 64 tiles and 4 threads per row: 256 threads and more than 48 KiB of shared memory per block,
+  // so the launch must raise the kernel's shared-memory limit (the emulated driver refuses it otherwise).
+  constexpr int64_t B = 1, H = 2, L = 80, D = 64;
+  Generator g(4);
+  Tensor<float> q = randn<float>({B, H, L, D}, &g), k = randn<float>({B, H, L, D}, &g), v = randn<float>({B, H, L, D}, &g);
+  const Tensor<float> dout = randn<float>({B, H, L, D}, &g);
+  Tensor<float> table = randn<float>({H, 2 * L - 1}, &g);
+  const auto bm = at::create_block_mask(at::causal(), 1, 1, L, L, 128, 128);
+  for (Tensor<float>* t : {&q, &k, &v, &table}) t->requires_grad_();
+  const auto mod = at::relative_position_bias(table, L);
+  const auto ref = at::flex_attention_with_lse(q, k, v, mod, bm);
+  sum(ref.output * dout).backward();
+
+  // Everything the kernels read lives on the device, the captured table and the block mask's states too.
+  const Tensor<float> dq_in = to_device(q.detach()), dk_in = to_device(k.detach()), dv_in = to_device(v.detach()),
+                      ddout = to_device(dout), dtable = to_device(table.detach());
+  const std::shared_ptr<void> dstates(device().allocator().allocate(bm.state.size()), [](void* p) { device().allocator().free(p); });
+  static_assert(sizeof(at::BlockState) == 1);
+  device().copy_to_device(dstates.get(), bm.state.data(), bm.state.size());
+  const auto dmod = at::relative_position_bias(dtable, L);
+  const Tensor<float> out = device_zeros<float>({B, H, L, D}), lse = device_zeros<float>({B, H, L}),
+                      delta = device_zeros<float>({B, H, L}), dq = device_zeros<float>({B, H, L, D}),
+                      dk = device_zeros<float>({B, H, L, D}), dv = device_zeros<float>({B, H, L, D}),
+                      dbias = device_zeros<float>(table.shape());
+  const Tensor<int> error = device_zeros<int>({1});
+
+  at::FlexBuffers<float> x;
+  x.B = B, x.Hq = H, x.Hkv = H, x.Lq = L, x.Lkv = L;
+  const auto rows = [](const Tensor<float>& t) { return at::FlexBuffers<float>::Rows{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; };
+  x.q = rows(dq_in), x.k = rows(dk_in), x.v = rows(dv_in), x.dout = rows(ddout);
+  x.out = out.data_ptr(), x.lse = lse.data_ptr(), x.delta = delta.data_ptr();
+  x.dq_acc = dq.data_ptr(), x.dq = dq.data_ptr(), x.dk = dk.data_ptr(), x.dv = dv.data_ptr();  // (float: dq is the accumulator)
+  x.scale = 1 / std::sqrt(double(D));
+  x.error = error.data_ptr();
+  x.captured_grads = {{dtable.impl_ptr().get(), dbias.data_ptr()}};
+  const at::FlexKernelConfig cfg{.D = D, .Dv = D, .block_q = 64, .block_kv = 64, .threads_per_row = 4, .entry = "emulated_flex"};
+  const at::FlexKernels ks = at::flex_kernels<float>(dmod, bm, cfg);
+  REQUIRE(ks.forward.shared_bytes > 48 * 1024);
+  const auto words = at::flex_descriptor(ks, x, dmod, bm, dstates.get(), cfg);
+  device().launch(ks.forward, words, {.grid = 4, .block = unsigned(cfg.forward_threads())});
+  device().launch(ks.delta, words, {.grid = 2, .block = 64});
+  device().launch(ks.backward, words, {.grid = 4, .block = unsigned(cfg.backward_threads())});
+
+  CHECK(to_host(error).data_ptr()[0] == 0);
+  constexpr double kTol = 2e-5;
+  expect_close(to_host(out), ref.output.detach(), kTol, "output");
+  expect_close(to_host(lse), ref.lse.detach(), kTol, "lse");
+  expect_close(to_host(dq), q.grad(), kTol, "dq");
+  expect_close(to_host(dk), k.grad(), kTol, "dk");
+  expect_close(to_host(dv), v.grad(), kTol, "dv");
+  expect_close(to_host(dbias), table.grad(), kTol, "captured bias gradient");
+
+  // A cooperating kernel launched on blocks of another size is refused before the driver sees it.
+  CHECK_THROWS_WITH_AS(device().launch(ks.forward, words, {.grid = 1, .block = 128}),
+                       doctest::Contains("the kernel needs blocks of 256"), std::invalid_argument);
+}
+
+}  // namespace test_cuda_emulated_device
