@@ -6,8 +6,9 @@
 // What is here so far (issue 5, docs/cuda.md): CUDA source generated from the op table for any expression
 // and its fused backward (codegen.hpp, descriptor.hpp), NVRTC compilation to cubins (nvrtc.hpp), the kernel
 // cache in memory and on disk (kernel_cache.hpp), the caching allocator (allocator.hpp), the driver's device
-// queries (driver.hpp), and device memory and kernel launches through the driver (runtime.hpp). CUDA tensors
-// are not yet.
+// queries (driver.hpp), device memory and kernel launches through the driver (runtime.hpp), and CUDA tensors'
+// memory: t.cuda(), t.to(device), t.cpu() (tensor_hooks.hpp). Ops on CUDA tensors are not yet (they are refused
+// with the reason).
 #include "kiln/cuda/allocator.hpp"
 #include "kiln/cuda/codegen.hpp"
 #include "kiln/cuda/descriptor.hpp"
@@ -15,3 +16,4 @@
 #include "kiln/cuda/kernel_cache.hpp"
 #include "kiln/cuda/nvrtc.hpp"
 #include "kiln/cuda/runtime.hpp"
+#include "kiln/cuda/tensor_hooks.hpp"

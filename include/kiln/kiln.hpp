@@ -6,6 +6,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/cpu/simd_target.hpp"
 #include "kiln/tensor/any_tensor.hpp"
+#include "kiln/tensor/device_copy.hpp"
 #include "kiln/tensor/factory.hpp"
 #include "kiln/tensor/gather.hpp"
 #include "kiln/tensor/indexing.hpp"

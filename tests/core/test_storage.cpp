@@ -1,6 +1,7 @@
 // Storage, the caching allocator and the errors raised before anything is written.
 #include <doctest/doctest.h>
 
+#include "kiln/tensor/device_copy.hpp"
 #include "kiln/tensor/factory.hpp"
 
 // Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
@@ -78,6 +79,35 @@ TEST_CASE("metadata errors name the op and the sizes") {
   CHECK_THROWS_WITH_AS(t.select(1, 3), "select: index 3 is out of range for dim 1 of size 3", std::out_of_range);
   CHECK_THROWS_AS(t.item(), std::invalid_argument);
   CHECK_THROWS_AS(Tensor<float>().numel(), std::logic_error);
+}
+
+TEST_CASE("devices: kiln::Device as libtorch's, and a CUDA tensor without the CUDA backend refused with the reason") {
+  CHECK(Device().is_cpu());
+  CHECK(Device(kCUDA).index() == 0);
+  CHECK(Device(kCUDA, 2).str() == "cuda:2");
+  CHECK(Device(kCPU).str() == "cpu");
+  CHECK(Device(kCUDA, 1) != Device(kCUDA, 0));
+  CHECK_THROWS_AS(Device(kCPU, 1), std::invalid_argument);
+  const Tensor<float> t = zeros<float>({2, 3});
+  CHECK(t.device() == Device(kCPU));
+  CHECK(t.is_cpu());
+  CHECK(t.cpu().is_same(t));
+  // (This executable does not include <kiln/cuda.hpp>.)
+  CHECK_THROWS_WITH_AS(t.cuda(), "Tensor::to(cuda:0): CUDA tensors need kiln's CUDA backend, which this program does not "
+                                 "include (#include <kiln/cuda.hpp>)",
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(t.to(Device(kCUDA, 1)), doctest::Contains("Tensor::to(cuda:1)"), std::runtime_error);
+  // Memory that claims to be a device's is never read by CPU code.
+  float x[6] = {};
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(x, sizeof x, nullptr, Device(kCUDA, 0));
+  impl->shape = {2, 3};
+  impl->strides = {3, 1};
+  const Tensor<float> on_device(impl);
+  CHECK(on_device.is_cuda());
+  CHECK_THROWS_WITH_AS(on_device.to_vector(), "kiln: a float32 tensor of shape [2, 3] on cuda:0 reached code that runs on "
+                                              "the CPU: this op has no CUDA path yet (copy the tensor with .cpu() first)",
+                       std::runtime_error);
 }
 
 }  // namespace test_core_storage

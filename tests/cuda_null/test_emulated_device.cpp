@@ -6,11 +6,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <sstream>
 
 #include "kiln/attention.hpp"
 #include "kiln/attention/flex_cuda.hpp"
-#include "kiln/cuda/descriptor.hpp"
-#include "kiln/cuda/runtime.hpp"
+#include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
 
 #include "compare.hpp"
@@ -34,28 +35,10 @@ const bool fresh_cache = [] {
 
 cuda::DeviceContext& device() { return cuda::DeviceContext::get(0); }
 
-// A device copy of a host tensor (contiguous), as a tensor over the device memory, which the allocator serves.
+// A tensor's address on the device, for the kernels' descriptors (CPU code never reads a CUDA tensor's memory).
 template <Dtype T>
-Tensor<T> to_device(const Tensor<T>& host) {
-  const Tensor<T> c = host.contiguous();
-  const size_t bytes = size_t(c.numel()) * sizeof(T);
-  void* p = device().allocator().allocate(bytes);
-  device().copy_to_device(p, c.data_ptr(), bytes);
-  return from_blob(static_cast<T*>(p), c.shape(), [](void* q) { device().allocator().free(q); });
-}
-template <Dtype T>
-Tensor<T> device_zeros(const Shape& shape) {
-  const size_t bytes = size_t(numel_of(shape)) * sizeof(T);
-  void* p = device().allocator().allocate(bytes);
-  device().fill_zero(p, bytes);
-  return from_blob(static_cast<T*>(p), shape, [](void* q) { device().allocator().free(q); });
-}
-template <Dtype T>
-Tensor<T> to_host(const Tensor<T>& dev) {
-  Tensor<T> host = empty<T>(dev.shape());
-  device().synchronize();
-  device().copy_to_host(host.data_ptr(), dev.data_ptr(), size_t(dev.numel()) * sizeof(T));
-  return host;
+T* on_device(const Tensor<T>& t) {
+  return reinterpret_cast<T*>(t.impl().device_bytes());
 }
 
 }  // namespace
@@ -74,14 +57,14 @@ TEST_CASE("device memory: copies both ways, zero fill, the caching allocator's r
   cuda::CachingAllocator& alloc = device().allocator();
   const auto before = alloc.stats();
   {
-    const Tensor<float> d = to_device(x);
-    expect_close(to_host(d), x, 0, "round trip");
-    device().fill_zero(d.data_ptr() + 10, 20 * sizeof(float));
-    const Tensor<float> back = to_host(d);
+    const Tensor<float> d = x.cuda();
+    expect_close(d.cpu(), x, 0, "round trip");
+    device().fill_zero(on_device(d) + 10, 20 * sizeof(float));
+    const Tensor<float> back = d.cpu();
     for (int64_t i = 0; i < 1000; ++i) CHECK(back.data_ptr()[i] == (i >= 10 && i < 30 ? 0.0f : x.data_ptr()[i]));
   }
   // The block went back to the cache; the same size again is served from it, without the driver.
-  { const Tensor<float> d = to_device(x); }
+  { const Tensor<float> d = x.cuda(); }
   const auto after = alloc.stats();
   CHECK(after.device_allocations - before.device_allocations <= 1);
   CHECK(after.cache_hits - before.cache_hits >= 1);
@@ -98,35 +81,35 @@ TEST_CASE("an expression's forward and backward kernels launch through the kerne
   Generator g(2);
   const Tensor<float> a = randn<float>({5, 61}, &g), b = randn<float>({5, 61}, &g), c = randn<float>({5, 61}, &g),
                       up = randn<float>({5, 61}, &g);
-  const Tensor<float> da = to_device(a), db = to_device(b), dc = to_device(c), dup = to_device(up);
+  const Tensor<float> da = a.cuda(), db = b.cuda(), dc = c.cuda(), dup = up.cuda();
   const auto e = da * db + sin(dc) * 0.5f;
   const Tensor<float> want = a * b + sin(c) * 0.5f;
-  const Tensor<float> out = device_zeros<float>({5, 61});
+  const Tensor<float> out = zeros<float>({5, 61}).cuda();
   const cuda::KernelSource fk = cuda::forward_kernel(e, cuda::choose_variant(e, e.shape(), out.strides()), "emulated_forward");
-  const auto words = cuda::detail::descriptor(fk, e.shape(), {{out.data_ptr(), out.strides()}}, {}, e);
+  const auto words = cuda::detail::descriptor(fk, e.shape(), {{on_device(out), out.strides()}}, {}, e);
   const auto compiles = cuda::kernel_cache().stats().compiles;
   device().launch(fk, words, {.grid = 2, .block = 64});
-  expect_close(to_host(out), want, 1e-6, "a * b + sin(c) * 0.5");
+  expect_close(out.cpu(), want, 1e-6, "a * b + sin(c) * 0.5");
   CHECK(cuda::kernel_cache().stats().compiles == compiles + 1);
 
   // Again: no compile, no new module.
   const size_t modules = device().modules_loaded();
-  device().fill_zero(out.data_ptr(), 5 * 61 * sizeof(float));
+  device().fill_zero(on_device(out), 5 * 61 * sizeof(float));
   device().launch(fk, words, {.grid = 3, .block = 32});
-  expect_close(to_host(out), want, 1e-6, "second launch");
+  expect_close(out.cpu(), want, 1e-6, "second launch");
   CHECK(cuda::kernel_cache().stats().compiles == compiles + 1);
   CHECK(device().modules_loaded() == modules);
 
   // The fused backward: every leaf's gradient in one pass.
   const cuda::KernelSource bk = cuda::backward_kernel(e, cuda::choose_variant(e, e.shape(), out.strides()), "emulated_backward");
-  const Tensor<float> ga = device_zeros<float>({5, 61}), gb = device_zeros<float>({5, 61}), gc = device_zeros<float>({5, 61});
+  const Tensor<float> ga = zeros<float>({5, 61}).cuda(), gb = zeros<float>({5, 61}).cuda(), gc = zeros<float>({5, 61}).cuda();
   const auto bwords = cuda::detail::descriptor(
-      bk, e.shape(), {{ga.data_ptr(), ga.strides()}, {gb.data_ptr(), gb.strides()}, {gc.data_ptr(), gc.strides()}},
-      {{dup.data_ptr(), dup.strides()}}, e);
+      bk, e.shape(), {{on_device(ga), ga.strides()}, {on_device(gb), gb.strides()}, {on_device(gc), gc.strides()}},
+      {{on_device(dup), dup.strides()}}, e);
   device().launch(bk, bwords, {.grid = 2, .block = 64});
-  expect_close(to_host(ga), Tensor<float>(up * b), 1e-6, "d/da");
-  expect_close(to_host(gb), Tensor<float>(up * a), 1e-6, "d/db");
-  expect_close(to_host(gc), Tensor<float>(up * cos(c) * 0.5f), 1e-6, "d/dc");
+  expect_close(ga.cpu(), Tensor<float>(up * b), 1e-6, "d/da");
+  expect_close(gb.cpu(), Tensor<float>(up * a), 1e-6, "d/db");
+  expect_close(gc.cpu(), Tensor<float>(up * cos(c) * 0.5f), 1e-6, "d/dc");
 }
 
 TEST_CASE("a descriptor past the parameter limit goes to the device and is freed at synchronize") {
@@ -137,21 +120,21 @@ TEST_CASE("a descriptor past the parameter limit goes to the device and is freed
     s[i % 8] = 2;
     s[(i + 3) % 8] = 2;
     host.push_back(randn<float>(s, &g));
-    dev.push_back(to_device(host.back()));
+    dev.push_back(host.back().cuda());
   }
   const auto e = [&]<size_t... I>(std::index_sequence<I...>) {
     return (... + (Leaf<float>(dev[I].impl_ptr()) * float(I + 1)));
   }(std::make_index_sequence<64>{});
-  const Tensor<float> out = device_zeros<float>(Shape::filled(8, 2));
+  const Tensor<float> out = zeros<float>(Shape::filled(8, 2)).cuda();
   const cuda::KernelSource k = cuda::forward_kernel(e, cuda::choose_variant(e, e.shape(), out.strides()), "emulated_many");
   REQUIRE(k.descriptor_by_pointer);
-  const auto words = cuda::detail::descriptor(k, e.shape(), {{out.data_ptr(), out.strides()}}, {}, e);
+  const auto words = cuda::detail::descriptor(k, e.shape(), {{on_device(out), out.strides()}}, {}, e);
   const int64_t live = device().allocator().memory_allocated();
   device().launch(k, words, {.grid = 1, .block = 32});
   CHECK(device().allocator().memory_allocated() > live);  // the block's device copy, until the launch is done
   Tensor<double> want = zeros<double>(Shape::filled(8, 2));
   for (int i = 0; i < 64; ++i) want = want + host[size_t(i)].to<double>() * double(i + 1);
-  expect_close(to_host(out).to<double>(), want, 1e-4, "64 leaves");  // (float sums of 64 terms; to_host synchronizes)
+  expect_close(out.cpu().to<double>(), want, 1e-4, "64 leaves");  // (float sums of 64 terms; cpu() synchronizes)
   CHECK(device().allocator().memory_allocated() == live);
 }
 
@@ -170,27 +153,27 @@ TEST_CASE("flex_attention's kernels on the emulated device at a GPU's tile shape
   sum(ref.output * dout).backward();
 
   // Everything the kernels read lives on the device, the captured table and the block mask's states too.
-  const Tensor<float> dq_in = to_device(q.detach()), dk_in = to_device(k.detach()), dv_in = to_device(v.detach()),
-                      ddout = to_device(dout), dtable = to_device(table.detach());
+  const Tensor<float> dq_in = q.detach().cuda(), dk_in = k.detach().cuda(), dv_in = v.detach().cuda(),
+                      ddout = dout.cuda(), dtable = table.detach().cuda();
   const std::shared_ptr<void> dstates(device().allocator().allocate(bm.state.size()), [](void* p) { device().allocator().free(p); });
   static_assert(sizeof(at::BlockState) == 1);
   device().copy_to_device(dstates.get(), bm.state.data(), bm.state.size());
   const auto dmod = at::relative_position_bias(dtable, L);
-  const Tensor<float> out = device_zeros<float>({B, H, L, D}), lse = device_zeros<float>({B, H, L}),
-                      delta = device_zeros<float>({B, H, L}), dq = device_zeros<float>({B, H, L, D}),
-                      dk = device_zeros<float>({B, H, L, D}), dv = device_zeros<float>({B, H, L, D}),
-                      dbias = device_zeros<float>(table.shape());
-  const Tensor<int> error = device_zeros<int>({1});
+  const Tensor<float> out = zeros<float>({B, H, L, D}).cuda(), lse = zeros<float>({B, H, L}).cuda(),
+                      delta = zeros<float>({B, H, L}).cuda(), dq = zeros<float>({B, H, L, D}).cuda(),
+                      dk = zeros<float>({B, H, L, D}).cuda(), dv = zeros<float>({B, H, L, D}).cuda(),
+                      dbias = zeros<float>(table.shape()).cuda();
+  const Tensor<int> error = zeros<int>({1}).cuda();
 
   at::FlexBuffers<float> x;
   x.B = B, x.Hq = H, x.Hkv = H, x.Lq = L, x.Lkv = L;
-  const auto rows = [](const Tensor<float>& t) { return at::FlexBuffers<float>::Rows{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; };
+  const auto rows = [](const Tensor<float>& t) { return at::FlexBuffers<float>::Rows{on_device(t), t.stride(0), t.stride(1), t.stride(2)}; };
   x.q = rows(dq_in), x.k = rows(dk_in), x.v = rows(dv_in), x.dout = rows(ddout);
-  x.out = out.data_ptr(), x.lse = lse.data_ptr(), x.delta = delta.data_ptr();
-  x.dq_acc = dq.data_ptr(), x.dq = dq.data_ptr(), x.dk = dk.data_ptr(), x.dv = dv.data_ptr();  // (float: dq is the accumulator)
+  x.out = on_device(out), x.lse = on_device(lse), x.delta = on_device(delta);
+  x.dq_acc = on_device(dq), x.dq = on_device(dq), x.dk = on_device(dk), x.dv = on_device(dv);  // (float: dq is the accumulator)
   x.scale = 1 / std::sqrt(double(D));
-  x.error = error.data_ptr();
-  x.captured_grads = {{dtable.impl_ptr().get(), dbias.data_ptr()}};
+  x.error = on_device(error);
+  x.captured_grads = {{dtable.impl_ptr().get(), on_device(dbias)}};
   const at::FlexKernelConfig cfg{.D = D, .Dv = D, .block_q = 64, .block_kv = 64, .threads_per_row = 4, .entry = "emulated_flex"};
   const at::FlexKernels ks = at::flex_kernels<float>(dmod, bm, cfg);
   REQUIRE(ks.forward.shared_bytes > 48 * 1024);
@@ -199,18 +182,57 @@ TEST_CASE("flex_attention's kernels on the emulated device at a GPU's tile shape
   device().launch(ks.delta, words, {.grid = 2, .block = 64});
   device().launch(ks.backward, words, {.grid = 4, .block = unsigned(cfg.backward_threads())});
 
-  CHECK(to_host(error).data_ptr()[0] == 0);
+  CHECK(error.cpu().data_ptr()[0] == 0);
   constexpr double kTol = 2e-5;
-  expect_close(to_host(out), ref.output.detach(), kTol, "output");
-  expect_close(to_host(lse), ref.lse.detach(), kTol, "lse");
-  expect_close(to_host(dq), q.grad(), kTol, "dq");
-  expect_close(to_host(dk), k.grad(), kTol, "dk");
-  expect_close(to_host(dv), v.grad(), kTol, "dv");
-  expect_close(to_host(dbias), table.grad(), kTol, "captured bias gradient");
+  expect_close(out.cpu(), ref.output.detach(), kTol, "output");
+  expect_close(lse.cpu(), ref.lse.detach(), kTol, "lse");
+  expect_close(dq.cpu(), q.grad(), kTol, "dq");
+  expect_close(dk.cpu(), k.grad(), kTol, "dk");
+  expect_close(dv.cpu(), v.grad(), kTol, "dv");
+  expect_close(dbias.cpu(), table.grad(), kTol, "captured bias gradient");
 
   // A cooperating kernel launched on blocks of another size is refused before the driver sees it.
   CHECK_THROWS_WITH_AS(device().launch(ks.forward, words, {.grid = 1, .block = 128}),
                        doctest::Contains("the kernel needs blocks of 256"), std::invalid_argument);
+}
+
+TEST_CASE("CUDA tensors on the emulated device: cuda(), to(Device), cpu(), views, and CPU ops refused") {
+  Generator g(5);
+  const Tensor<float> x = randn<float>({3, 4, 5}, &g);
+  const int64_t before = device().allocator().memory_allocated();
+  {
+    const Tensor<float> c = x.cuda();
+    CHECK(c.is_cuda());
+    CHECK(!c.is_cpu());
+    CHECK(c.device() == Device(kCUDA, 0));
+    CHECK(c.device().str() == "cuda:0");
+    CHECK(device().allocator().memory_allocated() >= before + int64_t(sizeof(float)) * 60);
+    expect_close(c.cpu(), x, 0, "round trip");
+    CHECK(c.to(Device(kCUDA)).is_same(c));  // already there
+    CHECK(x.to(Device(kCUDA)).device() == c.device());
+    // A view of a CUDA tensor comes back with its layout.
+    expect_close(c.permute({2, 0, 1}).slice(1, 1, 3).cpu(), x.permute({2, 0, 1}).slice(1, 1, 3).contiguous(), 0, "view");
+    // CPU code never reads device memory: an op without a CUDA path says so.
+    const std::vector<std::function<void()>> cpu_ops = {
+        [&] { const Tensor<float> y = c + 1.0f; },          [&] { (void)sum(c); },
+        [&] { (void)c.to_vector(); },                       [&] { (void)matmul(c[0], c[1].t()); },
+        [&] { std::ostringstream out; out << c; },          [&] { (void)c.clone(); }};
+    for (const auto& op : cpu_ops)
+      CHECK_THROWS_WITH_AS(op(), doctest::Contains("on cuda:0 reached code that runs on the CPU: this op has no CUDA path yet"),
+                           std::runtime_error);
+    // Gradients do not cross devices yet: refused in grad mode, allowed without it.
+    Tensor<float> w = x.clone();
+    w.requires_grad_();
+    CHECK_THROWS_WITH_AS(w.cuda(), doctest::Contains("gradients do not cross devices yet"), std::logic_error);
+    NoGradGuard no_grad;
+    CHECK(w.cuda().is_cuda());
+  }
+  CHECK(device().allocator().memory_allocated() == before);  // back in the cache
+  const Tensor<int64_t> i = arange<int64_t>(0, 10);
+  CHECK(i.cuda().cpu().to_vector() == i.to_vector());
+  const Tensor<bfloat16> h = x.to<bfloat16>();
+  CHECK(h.cuda().cpu().to<float>().to_vector() == h.to<float>().to_vector());
+  CHECK(zeros<float>({0, 3}).cuda().cpu().numel() == 0);
 }
 
 }  // namespace test_cuda_emulated_device

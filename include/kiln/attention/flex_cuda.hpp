@@ -447,7 +447,7 @@ std::vector<uint64_t> flex_descriptor(const FlexKernels& ks, const FlexBuffers<T
   }();
   const auto add_captured = [&](auto& gather) {
     const auto& t = gather.table;
-    w.push_back(word_of(static_cast<const void*>(t.data_ptr())));
+    w.push_back(word_of(static_cast<const void*>(t.impl().device_bytes())));
     for (int64_t s : t.shape()) w.push_back(word_of(s));
     for (int64_t s : t.strides()) w.push_back(word_of(s));
     const void* grad = nullptr;

@@ -11,22 +11,20 @@
 // Backward passes run with autocast off (the engine suspends it): a gradient is computed in the precision its
 // forward op used, whether backward() is called inside a region or not.
 //
-// The state is per thread and per device, as in PyTorch. The CUDA state can be set, but kiln has no CUDA
-// tensors yet (the CUDA backend is a later issue), so only the CPU one changes anything.
+// The state is per thread and per device, as in PyTorch. The CUDA state can be set, but no op runs on CUDA
+// tensors yet (docs/cuda.md), so only the CPU one changes anything.
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
 #include <utility>
 
+#include "kiln/core/device.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
 
 namespace kiln {
 
 struct TensorImpl;
-
-enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
-inline constexpr DeviceType kCPU = DeviceType::CPU, kCUDA = DeviceType::CUDA;
 
 namespace autocast {
 

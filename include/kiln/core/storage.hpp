@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/device.hpp"
 #include "kiln/core/error.hpp"
 
 namespace kiln {
@@ -103,14 +104,16 @@ class Storage {
  public:
   // Allocates nbytes (uninitialized). Throws OutOfMemoryError before anything is written.
   explicit KILN_DECL Storage(size_t nbytes);
-  Storage(void* user_data, size_t nbytes, std::function<void(void*)> deleter)
-      : data_(user_data), nbytes_(nbytes), deleter_(std::move(deleter)), borrowed_(true) {}
+  // Memory the caller owns (released by deleter, when given), on `device` (CUDA memory from the CUDA backend).
+  Storage(void* user_data, size_t nbytes, std::function<void(void*)> deleter, Device device = kCPU)
+      : data_(user_data), nbytes_(nbytes), deleter_(std::move(deleter)), borrowed_(true), device_(device) {}
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   KILN_DECL ~Storage();
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
 
   // The version counter shared by all views of this storage; in-place writes bump it. An inference
   // storage has none (it stays 0), so it may be written in place only inside InferenceMode, where nothing
@@ -124,6 +127,7 @@ class Storage {
   size_t nbytes_ = 0, block_ = 0;
   std::function<void(void*)> deleter_;
   bool borrowed_ = false;
+  Device device_;
   bool inference_ = detail::inference_mode_flag();
   std::atomic<uint64_t> version_{0};
 };

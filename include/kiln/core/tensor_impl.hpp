@@ -25,7 +25,16 @@ struct TensorImpl {
   std::shared_ptr<autograd::AutogradMeta> autograd;
 
   int64_t numel() const { return numel_of(shape); }
+  Device device() const { return storage ? storage->device() : Device(); }
+  // The address of element 0 for CPU code; a CUDA tensor is refused here, so no CPU kernel ever reads device
+  // memory (an op without a CUDA path fails with this message instead).
   char* data_bytes() const {
+    if (storage->device().is_cuda()) [[unlikely]]
+      refuse_device_data();
+    return device_bytes();
+  }
+  // The address of element 0 wherever the memory is (a device address for a CUDA tensor: for CUDA kernels).
+  char* device_bytes() const {
     return static_cast<char*>(storage->data()) + offset * int64_t(element_size(dtype));
   }
   bool is_contiguous() const {
@@ -39,6 +48,11 @@ struct TensorImpl {
     return true;
   }
   uint64_t version() const { return storage->version(); }
+  [[noreturn]] void refuse_device_data() const {
+    throw std::runtime_error(detail::cat("kiln: a ", dtype_name(dtype), " tensor of shape ", shape, " on ", device().str(),
+                                         " reached code that runs on the CPU: this op has no CUDA path yet (copy the "
+                                         "tensor with .cpu() first)"));
+  }
 
   // A fresh contiguous tensor of this shape and dtype (uninitialized).
   KILN_DECL static std::shared_ptr<TensorImpl> allocate(const Shape& shape, ScalarType dtype, const char* op);

@@ -82,7 +82,7 @@ std::vector<uint64_t> descriptor(const KernelSource& k, const Shape& shape, cons
                                  const std::vector<ArrayRef>& extra_inputs, const E&... e) {
   std::vector<ArrayRef> inputs;
   const auto add_leaf = [&](const auto& leaf) {
-    inputs.push_back({leaf.impl->data_bytes(), broadcast_strides(leaf.impl->shape, leaf.impl->strides, shape)});
+    inputs.push_back({leaf.impl->device_bytes(), broadcast_strides(leaf.impl->shape, leaf.impl->strides, shape)});
   };
   (for_each_leaf(e, add_leaf), ...);
   inputs.insert(inputs.end(), extra_inputs.begin(), extra_inputs.end());

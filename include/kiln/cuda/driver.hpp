@@ -21,8 +21,8 @@ class Driver {
   // The initialized driver; throws CudaUnavailableError when libcuda is missing or cuInit fails.
   // KILN_CUDA_DRIVER_LIBRARY names the library to load instead of libcuda.so.1.
   static Driver& get() {
-    static Driver instance;
-    return instance;
+    static Driver* instance = new Driver;  // never unloaded: device memory may be freed during static destruction
+    return *instance;
   }
 
   int device_count() const { return int(archs_.size()); }

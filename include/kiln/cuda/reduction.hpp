@@ -189,7 +189,7 @@ std::vector<uint64_t> reduction_descriptor(const E& e, const KernelSource& k, co
     for (int j = 0; j < out.strides.size(); ++j) w.push_back(detail::word_of(out.strides[j]));
   std::vector<Strides> strides;
   for_each_leaf(e, [&](const auto& leaf) {
-    w.push_back(detail::word_of(static_cast<const void*>(leaf.impl->data_bytes())));
+    w.push_back(detail::word_of(static_cast<const void*>(leaf.impl->device_bytes())));
     strides.push_back(broadcast_strides(leaf.impl->shape, leaf.impl->strides, in));
   });
   for (const Strides& s : strides) permuted(s, w);

@@ -39,11 +39,11 @@ class DeviceContext : public DeviceMemory {
   // The context of device `index`, created on first use; throws CudaUnavailableError where CUDA is not there
   // and std::out_of_range for a device that does not exist.
   static DeviceContext& get(int index) {
-    Driver::get();  // (constructed first, so destroyed after the contexts, which free their memory through it)
     static std::mutex mutex;
-    static std::map<int, std::unique_ptr<DeviceContext>> contexts;
+    // Never destroyed, as the CPU's allocator: tensors freed during static destruction still free through them.
+    static auto* contexts = new std::map<int, std::unique_ptr<DeviceContext>>;
     std::lock_guard lock(mutex);
-    std::unique_ptr<DeviceContext>& c = contexts[index];
+    std::unique_ptr<DeviceContext>& c = (*contexts)[index];
     if (!c) c.reset(new DeviceContext(index));
     return *c;
   }
@@ -231,7 +231,7 @@ class DeviceContext : public DeviceMemory {
   std::map<std::pair<const CompiledProgram*, std::string>, void*> functions_;
   std::vector<std::shared_ptr<const CompiledProgram>> programs_;
   std::vector<void*> retired_;  // descriptor copies of launches not yet synchronized
-  CachingAllocator allocator_;  // last: it frees its cache through this context when destroyed
+  CachingAllocator allocator_;  // last: it frees its cache through this context
 };
 
 }  // namespace kiln::cuda

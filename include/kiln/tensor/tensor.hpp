@@ -140,6 +140,15 @@ class Tensor {
     else return Tensor<U>(Leaf<T>(checked()).template to<U>());
   }
 
+  // ---- devices (tensor/device_copy.hpp; CUDA needs <kiln/cuda.hpp>) -----------------------------
+  Device device() const { return checked()->device(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  // A contiguous copy on `device`, or this tensor when it is there already.
+  Tensor to(Device device) const;
+  Tensor cuda(int index = 0) const { return to(Device(kCUDA, index)); }
+  Tensor cpu() const { return to(kCPU); }
+
   // ---- views (share storage) -------------------------------------------------------------------
   Tensor view(Shape new_shape) const;
   Tensor reshape(Shape new_shape) const;
