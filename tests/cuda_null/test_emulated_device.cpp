@@ -1,7 +1,8 @@
 // kiln's CUDA runtime (cuda/runtime.hpp: device memory, the caching allocator over it, module loading through the
-// kernel cache, launches) end to end on the emulated device (emulated/driver.cpp and emulated/nvrtc.cpp, loaded
-// through KILN_CUDA_DRIVER_LIBRARY and KILN_NVRTC_LIBRARY, which tests/meson.build sets for this executable): data
-// copied to the device, generated kernels launched on it, results copied back and compared with the CPU.
+// kernel cache, launches) and CUDA tensors end to end: data copied to the device, generated kernels launched on it,
+// results copied back and compared with the CPU. In CI on the emulated device (emulated/driver.cpp and
+// emulated/nvrtc.cpp, loaded through KILN_CUDA_DRIVER_LIBRARY and KILN_NVRTC_LIBRARY, which tests/meson.build sets
+// for this executable); on a GPU with the real driver and NVRTC (tests/gpu/run.sh).
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -34,6 +35,14 @@ const bool fresh_cache = [] {
 }();
 
 cuda::DeviceContext& device() { return cuda::DeviceContext::get(0); }
+// Each case is skipped (and reported so) where there is no CUDA device, emulated or real.
+auto no_device() { return doctest::skip(!cuda::is_available()); }
+
+// Whether the driver is the emulated one (these tests also run on a GPU: tests/gpu).
+bool emulated() {
+  const char* d = std::getenv("KILN_CUDA_DRIVER_LIBRARY");
+  return d && std::string(d).find("emulated") != std::string::npos;
+}
 
 // A tensor's address on the device, for the kernels' descriptors (CPU code never reads a CUDA tensor's memory).
 template <Dtype T>
@@ -43,15 +52,20 @@ T* on_device(const Tensor<T>& t) {
 
 }  // namespace
 
-TEST_CASE("the emulated device is a CUDA device of compute capability 9.0") {
-  CHECK(cuda::is_available());
-  CHECK(cuda::device_count() == 1);
-  CHECK(device().arch() == 90);
+TEST_CASE("the device: the emulated one is one device of compute capability 9.0" * no_device()) {
+  REQUIRE(cuda::is_available());
   CHECK(device().name() == "cuda:0");
-  CHECK_THROWS_AS(cuda::DeviceContext::get(1), std::out_of_range);
+  CHECK_THROWS_AS(cuda::DeviceContext::get(cuda::device_count()), std::out_of_range);
+  MESSAGE("cuda:0 is sm_", device().arch(), " of ", cuda::device_count(), " devices, driver ", cuda::Driver::get().version());
+  if (emulated()) {
+    CHECK(cuda::device_count() == 1);
+    CHECK(device().arch() == 90);
+  } else {
+    CHECK(device().arch() >= 70);
+  }
 }
 
-TEST_CASE("device memory: copies both ways, zero fill, the caching allocator's reuse, out of memory") {
+TEST_CASE("device memory: copies both ways, zero fill, the caching allocator's reuse, out of memory" * no_device()) {
   Generator g(1);
   const Tensor<float> x = randn<float>({1000}, &g);
   cuda::CachingAllocator& alloc = device().allocator();
@@ -60,8 +74,12 @@ TEST_CASE("device memory: copies both ways, zero fill, the caching allocator's r
     const Tensor<float> d = x.cuda();
     expect_close(d.cpu(), x, 0, "round trip");
     device().fill_zero(on_device(d) + 10, 20 * sizeof(float));
+    device().copy_on_device(on_device(d) + 900, on_device(d), 50 * sizeof(float));
     const Tensor<float> back = d.cpu();
-    for (int64_t i = 0; i < 1000; ++i) CHECK(back.data_ptr()[i] == (i >= 10 && i < 30 ? 0.0f : x.data_ptr()[i]));
+    for (int64_t i = 0; i < 1000; ++i) {
+      const int64_t from = i >= 900 && i < 950 ? i - 900 : i;
+      CHECK(back.data_ptr()[i] == (from >= 10 && from < 30 ? 0.0f : x.data_ptr()[from]));
+    }
   }
   // The block went back to the cache; the same size again is served from it, without the driver.
   { const Tensor<float> d = x.cuda(); }
@@ -70,6 +88,7 @@ TEST_CASE("device memory: copies both ways, zero fill, the caching allocator's r
   CHECK(after.cache_hits - before.cache_hits >= 1);
 
   // A budget of 1 MiB: 2 MiB frees the cache, retries, then throws naming the device and the request.
+  if (!emulated()) return;  // (a GPU's memory is what it is)
   ::setenv("KILN_EMULATED_DEVICE_BYTES", "1048576", 1);
   CHECK_THROWS_WITH_AS(alloc.allocate(size_t(2) << 20), doctest::Contains("out of memory on cuda:0: 2097152 bytes"),
                        OutOfMemoryError);
@@ -77,7 +96,7 @@ TEST_CASE("device memory: copies both ways, zero fill, the caching allocator's r
   CHECK(alloc.stats().oom_retries == after.oom_retries + 1);
 }
 
-TEST_CASE("an expression's forward and backward kernels launch through the kernel cache and the driver") {
+TEST_CASE("an expression's forward and backward kernels launch through the kernel cache and the driver" * no_device()) {
   Generator g(2);
   const Tensor<float> a = randn<float>({5, 61}, &g), b = randn<float>({5, 61}, &g), c = randn<float>({5, 61}, &g),
                       up = randn<float>({5, 61}, &g);
@@ -112,7 +131,7 @@ TEST_CASE("an expression's forward and backward kernels launch through the kerne
   expect_close(gc.cpu(), Tensor<float>(up * cos(c) * 0.5f), 1e-6, "d/dc");
 }
 
-TEST_CASE("a descriptor past the parameter limit goes to the device and is freed at synchronize") {
+TEST_CASE("a descriptor past the parameter limit goes to the device and is freed at synchronize" * no_device()) {
   std::vector<Tensor<float>> host, dev;
   Generator g(3);
   for (int i = 0; i < 64; ++i) {  // rank 8, each leaf broadcast along other dims: the strided loop's block is 4.7 KB
@@ -138,7 +157,7 @@ TEST_CASE("a descriptor past the parameter limit goes to the device and is freed
   CHECK(device().allocator().memory_allocated() == live);
 }
 
-TEST_CASE("flex_attention's kernels on the emulated device at a GPU's tile shape equal the CPU's") {
+TEST_CASE("flex_attention's kernels on the device at a GPU's tile shape equal the CPU's" * no_device()) {
   // D = 64 with 64 x 64 tiles and 4 threads per row: 256 threads and more than 48 KiB of shared memory per block,
   // so the launch must raise the kernel's shared-memory limit (the emulated driver refuses it otherwise).
   constexpr int64_t B = 1, H = 2, L = 80, D = 64;
@@ -196,7 +215,7 @@ TEST_CASE("flex_attention's kernels on the emulated device at a GPU's tile shape
                        doctest::Contains("the kernel needs blocks of 256"), std::invalid_argument);
 }
 
-TEST_CASE("CUDA tensors on the emulated device: cuda(), to(Device), cpu(), views, and CPU ops refused") {
+TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU ops refused" * no_device()) {
   Generator g(5);
   const Tensor<float> x = randn<float>({3, 4, 5}, &g);
   const int64_t before = device().allocator().memory_allocated();

@@ -87,7 +87,7 @@ class DeviceContext : public DeviceMemory {
     driver_.require(api_.event_destroy(reinterpret_cast<void*>(event)), "cuEventDestroy");
   }
 
-  // Copies (synchronous with respect to the host, as cuMemcpy is) and zero fill.
+  // Copies (host <-> device synchronous with respect to the host, as cuMemcpy is) and zero fill.
   void copy_to_device(void* device, const void* host, size_t bytes) {
     make_current();
     driver_.require(api_.copy_htod(address(device), host, bytes), "cuMemcpyHtoD");
@@ -95,6 +95,10 @@ class DeviceContext : public DeviceMemory {
   void copy_to_host(void* host, const void* device, size_t bytes) {
     make_current();
     driver_.require(api_.copy_dtoh(host, address(device), bytes), "cuMemcpyDtoH");
+  }
+  void copy_on_device(void* dst, const void* src, size_t bytes) {
+    make_current();
+    driver_.require(api_.copy_dtod(address(dst), address(src), bytes), "cuMemcpyDtoD");
   }
   void fill_zero(void* device, size_t bytes) {
     make_current();
@@ -162,6 +166,7 @@ class DeviceContext : public DeviceMemory {
           mem_free(d.symbol<int (*)(uint64_t)>("cuMemFree_v2")),
           copy_htod(d.symbol<int (*)(uint64_t, const void*, size_t)>("cuMemcpyHtoD_v2")),
           copy_dtoh(d.symbol<int (*)(void*, uint64_t, size_t)>("cuMemcpyDtoH_v2")),
+          copy_dtod(d.symbol<int (*)(uint64_t, uint64_t, size_t)>("cuMemcpyDtoD_v2")),
           memset8(d.symbol<int (*)(uint64_t, unsigned char, size_t)>("cuMemsetD8_v2")),
           module_load(d.symbol<int (*)(void**, const void*)>("cuModuleLoadData")),
           module_function(d.symbol<int (*)(void**, void*, const char*)>("cuModuleGetFunction")),
@@ -179,6 +184,7 @@ class DeviceContext : public DeviceMemory {
     int (*mem_free)(uint64_t);
     int (*copy_htod)(uint64_t, const void*, size_t);
     int (*copy_dtoh)(void*, uint64_t, size_t);
+    int (*copy_dtod)(uint64_t, uint64_t, size_t);
     int (*memset8)(uint64_t, unsigned char, size_t);
     int (*module_load)(void**, const void*);
     int (*module_function)(void**, void*, const char*);

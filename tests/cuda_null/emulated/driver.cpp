@@ -115,6 +115,10 @@ int cuMemcpyDtoH_v2(void* dst, uint64_t src, size_t n) {
   std::memcpy(dst, reinterpret_cast<const void*>(uintptr_t(src)), n);
   return kSuccess;
 }
+int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t n) {
+  std::memmove(reinterpret_cast<void*>(uintptr_t(dst)), reinterpret_cast<const void*>(uintptr_t(src)), n);
+  return kSuccess;
+}
 int cuMemsetD8_v2(uint64_t dst, unsigned char v, size_t n) {
   std::memset(reinterpret_cast<void*>(uintptr_t(dst)), v, n);
   return kSuccess;

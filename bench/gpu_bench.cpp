@@ -1,0 +1,216 @@
+// The CUDA backend's figures on a GPU (issue 5 item 8, issue 6 item 8), for tests/gpu/run.sh: each a median over
+// repetitions timed on the host around a synchronize (launches of a millisecond and more), printed as lines
+// "name: value unit (detail)". Without a device it says so and measures nothing. KILN_GPU_BENCH_SMOKE=1 shrinks
+// every size (so the program can be tried on the emulated device; its figures then mean nothing).
+//   - device copy bandwidth (cuMemcpyDtoD of 1 GiB, read + write counted): the baseline of the elementwise lines;
+//   - the foundation's two fused expressions at 256M floats (a x + b y + z; tanh(x) exp(-y^2) + z) as generated
+//     kernels, GB/s and the fraction of the copy bandwidth (target at least 0.9);
+//   - sum along the last dim of [16384, 16384] and softmax of it (one thread per row: the known weak spot);
+//   - NVRTC's first compile of a kernel, and loading it again from the disk cache in a fresh cache object
+//     (target: a hit under 1 ms); the host time per launch of a small kernel (target under 10 us);
+//   - flex_attention's forward and backward (CUDA cores, float; tensor cores are not written yet), B = 1, H = 8,
+//     D = 64, L = 4096, dense and causal, TFLOP/s counting 4 L^2 D per head forward (dense; causal: half).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <vector>
+
+#include "kiln/attention.hpp"
+#include "kiln/attention/flex_cuda.hpp"
+#include "kiln/cuda.hpp"
+#include "kiln/cuda/reduction.hpp"
+#include "kiln/kiln.hpp"
+
+namespace {
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+
+cuda::DeviceContext& device() { return cuda::DeviceContext::get(0); }
+
+// Sizes are divided by this (KILN_GPU_BENCH_SMOKE).
+int64_t shrink(int64_t full, int64_t smoke) {
+  static const bool small = [] {
+    const char* s = std::getenv("KILN_GPU_BENCH_SMOKE");
+    return s && *s && *s != '0';
+  }();
+  return small ? smoke : full;
+}
+
+// Median seconds of f() over reps runs after one warm-up, each ended by a synchronize.
+double median_seconds(int reps, const std::function<void()>& f) {
+  f();
+  device().synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    device().synchronize();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+template <Dtype T>
+T* on_device(const Tensor<T>& t) {
+  return reinterpret_cast<T*>(t.impl().device_bytes());
+}
+
+// An expression's dense forward kernel into out, on a grid of 4 blocks per 1024 elements up to 8192 blocks.
+template <Expression E>
+std::function<void()> expression_launch(const E& e, const Tensor<float>& out, const std::string& entry) {
+  const cuda::KernelSource k = cuda::forward_kernel(e, cuda::choose_variant(e, e.shape(), out.strides()), entry);
+  const auto words = cuda::detail::descriptor(k, e.shape(), {{on_device(out), out.strides()}}, {}, e);
+  const unsigned grid = unsigned(std::clamp<int64_t>(out.numel() / 1024, 1, 8192));
+  return [k, words, grid] { device().launch(k, words, {.grid = grid, .block = 256}); };
+}
+
+void elementwise(double copy_gbs) {
+  const int64_t n = shrink(int64_t(1) << 28, 1 << 16);  // 256M floats
+  const Tensor<float> x = full<float>({n}, 0.5f).cuda(), y = full<float>({n}, 0.25f).cuda(),
+                      z = full<float>({n}, 0.125f).cuda(), out = zeros<float>({n}).cuda();
+  const double bytes = 4.0 * double(n) * 4;  // three reads and a write
+  const auto axpby = expression_launch(1.5f * x + -0.75f * y + z, out, "bench_axpby");
+  const double t1 = median_seconds(10, axpby);
+  std::printf("axpby (a x + b y + z, 256M floats): %.1f GB/s (%.2f of the copy bandwidth)\n", bytes / t1 / 1e9,
+              bytes / t1 / 1e9 / copy_gbs);
+  const auto tanh_exp = expression_launch(tanh(x) * exp(-(y * y)) + z, out, "bench_tanh_exp");
+  const double t2 = median_seconds(10, tanh_exp);
+  std::printf("tanh_exp (tanh(x) exp(-y^2) + z, 256M floats): %.1f GB/s (%.2f of the copy bandwidth)\n",
+              bytes / t2 / 1e9, bytes / t2 / 1e9 / copy_gbs);
+}
+
+void reductions(double copy_gbs) {
+  const int64_t rows = shrink(16384, 256), cols = rows;
+  const Tensor<float> x = full<float>({rows, cols}, 0.5f).cuda(), sums = zeros<float>({rows}).cuda(),
+                      soft = zeros<float>({rows, cols}).cuda();
+  const auto e = Leaf<float>(x.impl_ptr());
+  const cuda::ReductionVariant v = cuda::reduction_variant(x.shape(), {1}, e);
+  const cuda::KernelSource ks = cuda::reduction_kernel<cuda::Reduce::Sum>(e, v, "bench_sum");
+  const auto ws = cuda::reduction_descriptor(e, ks, x.shape(), {1}, {on_device(sums), sums.strides()});
+  const double ts = median_seconds(5, [&] { device().launch(ks, ws, {.grid = unsigned(rows / 256), .block = 256}); });
+  const double read = 4.0 * double(rows * cols);
+  std::printf("sum over the last dim of [16384, 16384]: %.1f GB/s (%.2f of the copy bandwidth; one thread per row)\n",
+              read / ts / 1e9, read / ts / 1e9 / copy_gbs);
+  const cuda::KernelSource kf = cuda::softmax_kernel<false>(e, v, "bench_softmax");
+  const auto wf = cuda::reduction_descriptor(e, kf, x.shape(), {1}, {on_device(soft), soft.strides()});
+  const double tf = median_seconds(5, [&] { device().launch(kf, wf, {.grid = unsigned(rows / 256), .block = 256}); });
+  std::printf("softmax over the last dim of [16384, 16384]: %.1f GB/s counting one read and one write (%.2f of the copy "
+              "bandwidth)\n", 2 * read / tf / 1e9, 2 * read / tf / 1e9 / copy_gbs);
+}
+
+void compile_and_launch_overhead() {
+  const auto dir = std::filesystem::temp_directory_path() / "kiln-gpu-bench-cache";
+  std::filesystem::remove_all(dir);
+  const Tensor<float> a = zeros<float>({1024}).cuda(), out = zeros<float>({1024}).cuda();
+  const auto e = a * 2.0f + 1.0f;
+  const cuda::KernelSource k = cuda::forward_kernel(e, cuda::choose_variant(e, e.shape(), out.strides()), "bench_small");
+  const int arch = device().arch();
+  {
+    cuda::KernelCache cold(dir);
+    const auto t0 = Clock::now();
+    cold.compile_cached(k.source, "bench_small.cu", arch);
+    std::printf("NVRTC first compile of a small kernel (sm_%d): %.1f ms\n", arch,
+                std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::vector<double> hits;
+  for (int i = 0; i < 20; ++i) {
+    cuda::KernelCache warm(dir);
+    const auto t0 = Clock::now();
+    warm.compile_cached(k.source, "bench_small.cu", arch);
+    hits.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(hits.begin(), hits.end());
+  std::printf("kernel from the disk cache (a fresh cache object, median of 20): %.3f ms\n", hits[10]);
+  const auto words = cuda::detail::descriptor(k, e.shape(), {{on_device(out), out.strides()}}, {}, e);
+  device().launch(k, words, {.grid = 4, .block = 256});
+  device().synchronize();
+  const int kLaunches = int(shrink(10000, 100));
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kLaunches; ++i) device().launch(k, words, {.grid = 4, .block = 256});
+  const double host = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / kLaunches;
+  device().synchronize();
+  std::printf("host time per launch of a 1024-element kernel (10000 launches): %.2f us\n", host);
+}
+
+void flex() {
+  namespace at = kiln::attention;
+  const int64_t B = 1, H = shrink(8, 1), L = shrink(4096, 128), D = 64;
+  Generator g(1);
+  const Tensor<float> q = randn<float>({B, H, L, D}, &g).cuda(), k = randn<float>({B, H, L, D}, &g).cuda(),
+                      v = randn<float>({B, H, L, D}, &g).cuda(), dout = randn<float>({B, H, L, D}, &g).cuda();
+  const Tensor<float> out = zeros<float>({B, H, L, D}).cuda(), lse = zeros<float>({B, H, L}).cuda(),
+                      delta = zeros<float>({B, H, L}).cuda(), dq = zeros<float>({B, H, L, D}).cuda(),
+                      dk = zeros<float>({B, H, L, D}).cuda(), dv = zeros<float>({B, H, L, D}).cuda();
+  const Tensor<int> error = zeros<int>({1}).cuda();
+  for (const bool causal : {false, true}) {
+    const auto run = [&](const auto& bm) {
+      std::vector<uint8_t> states;
+      for (at::BlockState s : bm.state) states.push_back(uint8_t(s));
+      const Tensor<int> dstates = zeros<int>({int64_t(states.size() + 3) / 4}).cuda();
+      device().copy_to_device(on_device(dstates), states.data(), states.size());
+      at::FlexBuffers<float> x;
+      x.B = B, x.Hq = H, x.Hkv = H, x.Lq = L, x.Lkv = L;
+      const auto rows = [](const Tensor<float>& t) { return at::FlexBuffers<float>::Rows{on_device(t), t.stride(0), t.stride(1), t.stride(2)}; };
+      x.q = rows(q), x.k = rows(k), x.v = rows(v), x.dout = rows(dout);
+      x.out = on_device(out), x.lse = on_device(lse), x.delta = on_device(delta);
+      x.dq_acc = on_device(dq), x.dq = on_device(dq), x.dk = on_device(dk), x.dv = on_device(dv);
+      x.scale = 0.125;
+      x.error = on_device(error);
+      const at::FlexKernelConfig cfg{.D = D, .Dv = D, .block_q = 64, .block_kv = 64, .threads_per_row = 4,
+                                     .entry = causal ? "bench_flex_causal" : "bench_flex_dense"};
+      const at::FlexKernels ks = at::flex_kernels<float>(at::NoScoreMod{}, bm, cfg);
+      const auto words = at::flex_descriptor(ks, x, at::NoScoreMod{}, bm, on_device(dstates), cfg);
+      const unsigned q_tiles = unsigned(B * H * L / cfg.block_q), kv_tiles = unsigned(B * H * L / cfg.block_kv);
+      const double flops = 4.0 * double(B * H) * double(L) * double(L) * double(D) * (causal ? 0.5 : 1.0);
+      const double tf = median_seconds(5, [&] {
+        device().launch(ks.forward, words, {.grid = q_tiles, .block = unsigned(cfg.forward_threads())});
+      });
+      const double tb = median_seconds(3, [&] {
+        device().fill_zero(on_device(dq), size_t(dq.numel()) * 4);
+        device().launch(ks.delta, words, {.grid = unsigned(std::max<int64_t>(1, B * H * L / 256)), .block = 256});
+        device().launch(ks.backward, words, {.grid = kv_tiles, .block = unsigned(cfg.backward_threads())});
+      });
+      std::printf("flex_attention float D=64 L=4096 H=8 %s: forward %.2f TFLOP/s (%.2f ms), backward %.2f TFLOP/s (%.2f ms; "
+                  "2.5x the forward's FLOPs)\n", causal ? "causal" : "dense", flops / tf / 1e12, tf * 1e3,
+                  2.5 * flops / tb / 1e12, tb * 1e3);
+    };
+    if (causal) run(at::create_block_mask(at::causal(), 1, 1, L, L, 128, 128));
+    else run(at::dense_block_mask(L, L, 128, 128));
+  }
+}
+
+}  // namespace
+
+int main() {
+  if (!cuda::is_available()) {
+    std::puts("gpu_bench: no CUDA device; nothing measured");
+    return 0;
+  }
+  std::printf("gpu_bench: cuda:0 is sm_%d, driver %d, NVRTC %d\n", device().arch(), cuda::Driver::get().version(),
+              cuda::Nvrtc::get().version());
+  const auto section = [](const char* name, const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      std::printf("%s: failed: %s\n", name, e.what());
+    }
+  };
+  double copy_gbs = 0;
+  section("copy", [&] {
+    const size_t bytes = size_t(shrink(int64_t(1) << 30, 1 << 20));
+    const Tensor<float> a = zeros<float>({int64_t(bytes / 4)}).cuda(), b = zeros<float>({int64_t(bytes / 4)}).cuda();
+    const double t = median_seconds(10, [&] { device().copy_on_device(on_device(b), on_device(a), bytes); });
+    copy_gbs = 2.0 * double(bytes) / t / 1e9;
+    std::printf("device copy (cuMemcpyDtoD, 1 GiB, read + write): %.1f GB/s\n", copy_gbs);
+  });
+  section("elementwise", [&] { elementwise(copy_gbs); });
+  section("reductions", [&] { reductions(copy_gbs); });
+  section("compile and launch", compile_and_launch_overhead);
+  section("attention", flex);
+  return 0;
+}

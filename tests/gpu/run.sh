@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On a GPU machine (the device tool): the device tests and the GPU benchmarks that tests/gpu/build.sh built into
+# build-gpu/, their output written under $OUT (./gpu-out when unset): nvidia-smi.txt, device_tests.txt,
+# gpu_bench.txt and summary.txt. Uses the machine's CUDA driver and NVRTC (libnvrtc.so.13, or /usr/local/cuda/lib64).
+# Sized to finish well within 5 minutes on one H200 (each step has its own timeout).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out="${OUT:-gpu-out}"
+mkdir -p "$out"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  date -u
+  nvidia-smi || true
+} > "$out/nvidia-smi.txt" 2>&1
+timeout 180 build-gpu/device_tests --duration=true > "$out/device_tests.txt" 2>&1
+echo "device_tests: exit $?" > "$out/summary.txt"
+timeout 180 build-gpu/gpu_bench > "$out/gpu_bench.txt" 2>&1
+echo "gpu_bench: exit $?" >> "$out/summary.txt"
+tail -n 3 "$out/device_tests.txt" >> "$out/summary.txt"
+cat "$out/gpu_bench.txt" >> "$out/summary.txt"
+cat "$out/summary.txt"
