@@ -17,3 +17,7 @@
 #include "kiln/tensor/softmax.hpp"
 #include "kiln/tensor/tensor.hpp"
 #include "kiln/tensor/views.hpp"
+#ifdef KILN_WITH_CUDA  // (a build-wide switch: cuda/evaluate.hpp)
+#include "kiln/cuda.hpp"
+#include "kiln/cuda/evaluate.hpp"
+#endif

@@ -233,9 +233,9 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
     expect_close(c.permute({2, 0, 1}).slice(1, 1, 3).cpu(), x.permute({2, 0, 1}).slice(1, 1, 3).contiguous(), 0, "view");
     // CPU code never reads device memory: an op without a CUDA path says so.
     const std::vector<std::function<void()>> cpu_ops = {
-        [&] { const Tensor<float> y = c + 1.0f; },          [&] { (void)sum(c); },
-        [&] { (void)c.to_vector(); },                       [&] { (void)matmul(c[0], c[1].t()); },
-        [&] { std::ostringstream out; out << c; },          [&] { (void)c.clone(); }};
+        [&] { (void)sum(c); },                     [&] { (void)c.to_vector(); },
+        [&] { (void)matmul(c[0], c[1].t()); },     [&] { std::ostringstream out; out << c; },
+        [&] { (void)softmax(c, 1); }};
     for (const auto& op : cpu_ops)
       CHECK_THROWS_WITH_AS(op(), doctest::Contains("on cuda:0 reached code that runs on the CPU: this op has no CUDA path yet"),
                            std::runtime_error);
@@ -252,6 +252,31 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
   const Tensor<bfloat16> h = x.to<bfloat16>();
   CHECK(h.cuda().cpu().to<float>().to_vector() == h.to<float>().to_vector());
   CHECK(zeros<float>({0, 3}).cuda().cpu().numel() == 0);
+}
+
+TEST_CASE("elementwise expressions of CUDA tensors run on their device (KILN_WITH_CUDA)" * no_device()) {
+  Generator g(6);
+  const Tensor<float> a = randn<float>({37, 41}, &g), b = randn<float>({37, 41}, &g), bias = randn<float>({41}, &g);
+  const Tensor<float> ca = a.cuda(), cb = b.cuda(), cbias = bias.cuda();
+  const auto compiles = cuda::kernel_cache().stats().compiles;
+  for (float s : {1.0f, -2.5f}) {  // the second value reuses the first's kernel (scalars are descriptor words)
+    const Tensor<float> y = ca * cb + tanh(ca) * s;
+    CHECK(y.is_cuda());
+    expect_close(y.cpu(), Tensor<float>(a * b + tanh(a) * s), 1e-6, "a * b + tanh(a) * s");
+  }
+  CHECK(cuda::kernel_cache().stats().compiles == compiles + 1);
+  // Broadcasting and a transposed operand (the strided loop), a comparison cast to float, int64, a clone.
+  expect_close(Tensor<float>(ca.t() + cbias.unsqueeze(1)).cpu(), Tensor<float>(a.t() + bias.unsqueeze(1)), 0, "broadcast");
+  expect_close(Tensor<float>((ca > cb).to<float>()).cpu(), Tensor<float>((a > b).to<float>()), 0, "comparison");
+  const Tensor<int64_t> i = arange<int64_t>(0, 100);
+  CHECK(Tensor<int64_t>(i.cuda() * int64_t(3) - int64_t(7)).cpu().to_vector() == Tensor<int64_t>(i * int64_t(3) - int64_t(7)).to_vector());
+  expect_close(ca.clone().cpu(), a, 0, "clone");
+  CHECK(Tensor<float>(zeros<float>({0, 4}).cuda() + 1.0f).is_cuda());
+  // Tensors on two devices, and autograd, are refused with the reason.
+  CHECK_THROWS_WITH_AS(Tensor<float>(ca + b), doctest::Contains("an expression mixes tensors on cuda:0 and cpu"), std::invalid_argument);
+  Tensor<float> w = a.cuda();
+  w.requires_grad_();
+  CHECK_THROWS_WITH_AS(Tensor<float>(w * 2.0f), doctest::Contains("autograd does not run on CUDA yet"), std::logic_error);
 }
 
 }  // namespace test_cuda_emulated_device

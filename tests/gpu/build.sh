@@ -15,7 +15,7 @@ rm -rf "$out"
 mkdir -p "$out/lib"
 flags=(-std=c++20 -O2 -march=x86-64-v2 -DHWY_COMPILE_ONLY_STATIC=1 -fopenmp -Iinclude -Itests -I/usr/include/eigen3
        -Wl,-rpath,'$ORIGIN/lib')
-g++ "${flags[@]}" tests/main.cpp tests/cuda_null/test_emulated_device.cpp -o "$out/device_tests" -ldl -lhwy &
+g++ "${flags[@]}" -DKILN_WITH_CUDA tests/main.cpp tests/cuda_null/test_emulated_device.cpp -o "$out/device_tests" -ldl -lhwy &
 g++ "${flags[@]}" bench/gpu_bench.cpp -o "$out/gpu_bench" -ldl -lhwy &
 wait %1 && wait %2
 for bin in "$out/device_tests" "$out/gpu_bench"; do

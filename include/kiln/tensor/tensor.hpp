@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "kiln/autograd/grad_mode.hpp"
@@ -39,6 +40,13 @@ template <class E>
 std::shared_ptr<TensorImpl> evaluate_new(const E& expr);
 template <class E>
 std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr);
+#ifdef KILN_WITH_CUDA
+// (cuda/evaluate.hpp, which <kiln/kiln.hpp> includes in such builds)
+template <class E>
+std::optional<Device> leaves_device(const E& expr);
+template <class E>
+std::shared_ptr<TensorImpl> cuda_evaluate_new(const E& expr, Device device);
+#endif
 }  // namespace detail
 
 template <Dtype T>
@@ -240,6 +248,9 @@ inline void check_versions(const auto& expr) {
 template <class E>
 std::shared_ptr<TensorImpl> evaluate_new(const E& expr) {
   check_versions(expr);
+#ifdef KILN_WITH_CUDA
+  if (const std::optional<Device> d = leaves_device(expr); d && d->is_cuda()) return cuda_evaluate_new(expr, *d);
+#endif
   auto out = TensorImpl::allocate(expr.shape(), scalar_type_of<typename E::value_type>(), "eval");
   if (out->numel() > 0) cpu::assign(expr, *out);
   return out;
@@ -250,6 +261,10 @@ template <class E>
 std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr) {
   auto out = evaluate_new(expr);
   if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0) {
+#ifdef KILN_WITH_CUDA
+    check<std::logic_error>(!(out->device().is_cuda() && autograd::needs_graph(expr)),
+                            "kiln: an expression of CUDA tensors that require grad: autograd does not run on CUDA yet");
+#endif
     if (autograd::needs_graph(expr)) autograd::record_fused<E, true>(expr, out, out->shape, out->shape, "FusedBackward", 1.0);
   }
   return out;
