@@ -233,7 +233,7 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
     expect_close(c.permute({2, 0, 1}).slice(1, 1, 3).cpu(), x.permute({2, 0, 1}).slice(1, 1, 3).contiguous(), 0, "view");
     // CPU code never reads device memory: an op without a CUDA path says so.
     const std::vector<std::function<void()>> cpu_ops = {
-        [&] { (void)sum(c); },                     [&] { (void)c.to_vector(); },
+        [&] { (void)prod(c); },                    [&] { (void)c.to_vector(); },
         [&] { (void)matmul(c[0], c[1].t()); },     [&] { std::ostringstream out; out << c; },
         [&] { (void)softmax(c, 1); }};
     for (const auto& op : cpu_ops)
@@ -254,7 +254,7 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
   CHECK(zeros<float>({0, 3}).cuda().cpu().numel() == 0);
 }
 
-TEST_CASE("elementwise expressions of CUDA tensors run on their device (KILN_WITH_CUDA)" * no_device()) {
+TEST_CASE("elementwise expressions and sum, mean, amax, amin of CUDA tensors run on their device (KILN_WITH_CUDA)" * no_device()) {
   Generator g(6);
   const Tensor<float> a = randn<float>({37, 41}, &g), b = randn<float>({37, 41}, &g), bias = randn<float>({41}, &g);
   const Tensor<float> ca = a.cuda(), cb = b.cuda(), cbias = bias.cuda();
@@ -272,11 +272,19 @@ TEST_CASE("elementwise expressions of CUDA tensors run on their device (KILN_WIT
   CHECK(Tensor<int64_t>(i.cuda() * int64_t(3) - int64_t(7)).cpu().to_vector() == Tensor<int64_t>(i * int64_t(3) - int64_t(7)).to_vector());
   expect_close(ca.clone().cpu(), a, 0, "clone");
   CHECK(Tensor<float>(zeros<float>({0, 4}).cuda() + 1.0f).is_cuda());
+  // Reductions of an expression along dims, on the device without materializing it (sums accumulate in double).
+  expect_close(sum(ca * cb).cpu(), sum(a * b), 1e-6, "sum of everything");
+  expect_close(sum(ca * cb + 1.0f, {1}, true).cpu(), sum(a * b + 1.0f, {1}, true), 1e-6, "sum along dim 1, keepdim");
+  expect_close(mean(ca.t(), {1}).cpu(), mean(a.t(), {1}), 1e-6, "mean of a transposed tensor");
+  expect_close(amax(ca - cb, {0}).cpu(), amax(a - b, {0}), 0, "amax");
+  expect_close(amin(ca, {0, 1}).cpu(), amin(a, {0, 1}), 0, "amin");
+  CHECK(sum(i.cuda()).cpu().item() == sum(i).item());  // int64 sums in int64
   // Tensors on two devices, and autograd, are refused with the reason.
   CHECK_THROWS_WITH_AS(Tensor<float>(ca + b), doctest::Contains("an expression mixes tensors on cuda:0 and cpu"), std::invalid_argument);
   Tensor<float> w = a.cuda();
   w.requires_grad_();
   CHECK_THROWS_WITH_AS(Tensor<float>(w * 2.0f), doctest::Contains("autograd does not run on CUDA yet"), std::logic_error);
+  CHECK_THROWS_WITH_AS(sum(w), doctest::Contains("sum: CUDA tensors that require grad"), std::logic_error);
 }
 
 }  // namespace test_cuda_emulated_device

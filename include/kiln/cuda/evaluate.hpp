@@ -1,21 +1,24 @@
 #pragma once
 // Elementwise expressions over CUDA tensors, evaluated on their device: `Tensor<float> y = a * b + 1` with CUDA
 // tensors a and b runs one generated kernel (cuda/codegen.hpp) through the runtime (cuda/runtime.hpp) into a new
-// CUDA tensor. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
+// CUDA tensor; sum, mean, amax and amin of such an expression, along any dims, run one reduction kernel
+// (cuda/reduction.hpp) without materializing it. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
 // switch, as EIGEN_USE_GPU is for Eigen: every file of the program must see the same definition of the core's
 // evaluation, so it cannot depend on which headers a file includes); without it, such an expression is refused
 // by the CPU code it reaches. Each expression type keeps its kernels per loop variant, so a warm evaluation
 // generates no source; the kernel cache and the context skip the compile and the module load.
 //
-// Not yet on CUDA: autograd through these evaluations (refused with the reason), reductions, matmul and the rest
-// of the ops (refused by the CPU code they reach: core/tensor_impl.hpp).
+// Not yet on CUDA: autograd through these evaluations (refused with the reason), matmul and the rest of the ops
+// (refused by the CPU code they reach: core/tensor_impl.hpp).
 #include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
 
 #include "kiln/cuda/descriptor.hpp"
+#include "kiln/cuda/reduction.hpp"
 #include "kiln/cuda/runtime.hpp"
+#include "kiln/tensor/reduce.hpp"
 
 namespace kiln::detail {
 
@@ -32,34 +35,71 @@ std::optional<Device> leaves_device(const E& expr) {
   return device;
 }
 
-template <class E>
-std::shared_ptr<TensorImpl> cuda_evaluate_new(const E& expr, Device device) {
-  using T = typename E::value_type;
+// A new contiguous CUDA tensor of `shape` from the device's caching allocator.
+template <Dtype T>
+std::shared_ptr<TensorImpl> cuda_empty(const Shape& shape, Device device) {
   cuda::DeviceContext& context = cuda::DeviceContext::get(device.index());
-  const Shape shape = expr.shape();
-  const size_t bytes = size_t(numel_of(shape)) * element_size(scalar_type_of<T>());
+  const size_t bytes = size_t(numel_of(shape)) * sizeof(T);
   void* memory = bytes ? context.allocator().allocate(bytes) : nullptr;
   auto out = std::make_shared<TensorImpl>();
   out->storage = std::make_shared<Storage>(memory, bytes, [&context](void* p) { if (p) context.allocator().free(p); }, device);
   out->shape = shape;
   out->strides = contiguous_strides(shape);
   out->dtype = scalar_type_of<T>();
-  if (bytes == 0) return out;
-  const cuda::KernelVariant variant = cuda::choose_variant(expr, shape, out->strides);
-  // This expression type's kernels, by variant (the source is the same for every value of its scalars).
+  return out;
+}
+
+// The kernel that make() generates for this call site's expression type and `key` (its loop variant), made once:
+// the source is the same for every value of the expression's scalars.
+template <class Tag, class Make>
+const cuda::KernelSource& kernel_for(const std::string& key, Make&& make) {
   static std::mutex mutex;
   static std::map<std::string, cuda::KernelSource> kernels;
-  const cuda::KernelSource* kernel;
-  {
-    std::lock_guard lock(mutex);
-    auto it = kernels.find(variant.key());
-    if (it == kernels.end()) it = kernels.emplace(variant.key(), cuda::forward_kernel(expr, variant)).first;
-    kernel = &it->second;
-  }
-  const auto words = cuda::detail::descriptor(*kernel, shape, {{out->device_bytes(), out->strides}}, {}, expr);
-  const unsigned grid = unsigned(std::clamp<int64_t>((numel_of(shape) + 1023) / 1024, 1, 8192));
-  context.launch(*kernel, words, {.grid = grid, .block = 256});
+  std::lock_guard lock(mutex);
+  auto it = kernels.find(key);
+  if (it == kernels.end()) it = kernels.emplace(key, make()).first;
+  return it->second;
+}
+
+// Blocks of 256 threads for n elements (grid-stride loops cover the rest).
+inline cuda::LaunchConfig launch_for(int64_t n) {
+  return {.grid = unsigned(std::clamp<int64_t>((n + 1023) / 1024, 1, 8192)), .block = 256};
+}
+
+template <class E>
+std::shared_ptr<TensorImpl> cuda_evaluate_new(const E& expr, Device device) {
+  using T = typename E::value_type;
+  const Shape shape = expr.shape();
+  auto out = cuda_empty<T>(shape, device);
+  if (out->numel() == 0) return out;
+  const cuda::KernelVariant variant = cuda::choose_variant(expr, shape, out->strides);
+  const cuda::KernelSource& kernel =
+      kernel_for<E>(variant.key(), [&] { return cuda::forward_kernel(expr, variant); });
+  const auto words = cuda::detail::descriptor(kernel, shape, {{out->device_bytes(), out->strides}}, {}, expr);
+  cuda::DeviceContext::get(device.index()).launch(kernel, words, launch_for(out->numel()));
   return out;
+}
+
+// sum, mean, amax or amin (R) of e over the dims rd reduces, into a new CUDA tensor of rd's shape.
+template <cuda::Reduce R, Dtype Out, class E>
+Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const char* op, Device device) {
+  if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0)
+    check<std::logic_error>(!autograd::needs_graph(e), op, ": CUDA tensors that require grad: autograd does not run on "
+                                                          "CUDA yet");
+  check_versions(e);
+  auto out = cuda_empty<Out>(rd.out, device);
+  if (out->numel() == 0) return Tensor<Out>(out);
+  const Dims dims = reduced_dims(in, rd);
+  Shape kept;
+  for (int i = 0; i < in.size(); ++i)
+    if (!(rd.mask >> i & 1u)) kept.push_back(in[i]);
+  const cuda::ReductionVariant variant = cuda::reduction_variant(in, dims, e);
+  struct Tag;
+  const cuda::KernelSource& kernel =
+      kernel_for<std::pair<E, Tag>>(cat(int(R), variant.key()), [&] { return cuda::reduction_kernel<R>(e, variant); });
+  const auto words = cuda::reduction_descriptor(e, kernel, in, dims, {out->device_bytes(), contiguous_strides(kept)});
+  cuda::DeviceContext::get(device.index()).launch(kernel, words, launch_for(out->numel()));
+  return Tensor<Out>(out);
 }
 
 }  // namespace kiln::detail

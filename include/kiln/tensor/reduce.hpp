@@ -22,6 +22,9 @@
 #include "kiln/tensor/factory.hpp"
 #include "kiln/tensor/gather.hpp"
 #include "kiln/tensor/tensor.hpp"
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda/reduction.hpp"
+#endif
 
 namespace kiln {
 
@@ -194,10 +197,25 @@ inline Dims reduced_dims(const Shape& in, const Reduction& rd) {
   return dims;
 }
 
+#ifdef KILN_WITH_CUDA
+// (cuda/evaluate.hpp, which <kiln/kiln.hpp> includes in such builds)
+template <class E>
+std::optional<Device> leaves_device(const E& expr);
+template <cuda::Reduce R, Dtype Out, class E>
+Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const char* op, Device device);
+// In a reduction's implementation: returns the reduction of e on its device when e's leaves are CUDA tensors.
+#define KILN_REDUCE_ON_CUDA(R, Out, op)                                             \
+  if (const std::optional<Device> d = leaves_device(e); d && d->is_cuda()) \
+    return cuda_reduce<cuda::Reduce::R, Out>(e, in, rd, op, *d);
+#else
+#define KILN_REDUCE_ON_CUDA(R, Out, op)
+#endif
+
 template <class E>
 auto sum_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
   using Out = sum_result_t<T>;
+  KILN_REDUCE_ON_CUDA(Sum, Out, "sum")
   auto out = run_reduce<Out>(red::SumReducer<compute_t<T>, Out>{}, e, in, rd, "sum");
   record_sum(e, out, in, rd, false);
   return out;
@@ -206,6 +224,7 @@ template <class E>
 auto mean_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
   require_floating<T>();
+  KILN_REDUCE_ON_CUDA(Mean, T, "mean")
   auto out = run_reduce<T>(red::SumReducer<compute_t<T>, T, red::Ident, red::SumFinish::Mean>{}, e, in, rd, "mean");
   record_sum(e, out, in, rd, true);
   return out;
@@ -232,6 +251,11 @@ template <bool kMax, class E>
 auto extreme_impl(const E& e, const Shape& in, const Reduction& rd, const char* op) {
   using T = typename E::value_type;
   check_nonempty(in, rd, op);
+  if constexpr (kMax) {
+    KILN_REDUCE_ON_CUDA(Max, T, op)
+  } else {
+    KILN_REDUCE_ON_CUDA(Min, T, op)
+  }
   const Dims dims = reduced_dims(in, rd);
   return differentiable_reduction(
       e, in, rd, kMax ? "AmaxBackward" : "AminBackward",
@@ -414,6 +438,7 @@ template <class E> auto amax_impl(const E& e, const Shape& in, const Reduction& 
 template <class E> auto amin_impl(const E& e, const Shape& in, const Reduction& rd) { return extreme_impl<false>(e, in, rd, "amin"); }
 template <class E> auto all_impl(const E& e, const Shape& in, const Reduction& rd) { return logical_impl<true>(e, in, rd); }
 template <class E> auto any_impl(const E& e, const Shape& in, const Reduction& rd) { return logical_impl<false>(e, in, rd); }
+#undef KILN_REDUCE_ON_CUDA
 }  // namespace detail
 
 KILN_REDUCTION_OVERLOADS(sum, sum_impl)
