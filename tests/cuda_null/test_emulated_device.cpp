@@ -235,7 +235,7 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
     const std::vector<std::function<void()>> cpu_ops = {
         [&] { (void)prod(c); },                    [&] { (void)c.to_vector(); },
         [&] { (void)matmul(c[0], c[1].t()); },     [&] { std::ostringstream out; out << c; },
-        [&] { (void)softmax(c, 1); }};
+        [&] { (void)logsumexp(c, {1}); }};
     for (const auto& op : cpu_ops)
       CHECK_THROWS_WITH_AS(op(), doctest::Contains("on cuda:0 reached code that runs on the CPU: this op has no CUDA path yet"),
                            std::runtime_error);
@@ -254,7 +254,7 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
   CHECK(zeros<float>({0, 3}).cuda().cpu().numel() == 0);
 }
 
-TEST_CASE("elementwise expressions and sum, mean, amax, amin of CUDA tensors run on their device (KILN_WITH_CUDA)" * no_device()) {
+TEST_CASE("elementwise expressions, sum, mean, amax, amin, softmax of CUDA tensors run on their device (KILN_WITH_CUDA)" * no_device()) {
   Generator g(6);
   const Tensor<float> a = randn<float>({37, 41}, &g), b = randn<float>({37, 41}, &g), bias = randn<float>({41}, &g);
   const Tensor<float> ca = a.cuda(), cb = b.cuda(), cbias = bias.cuda();
@@ -279,6 +279,17 @@ TEST_CASE("elementwise expressions and sum, mean, amax, amin of CUDA tensors run
   expect_close(amax(ca - cb, {0}).cpu(), amax(a - b, {0}), 0, "amax");
   expect_close(amin(ca, {0, 1}).cpu(), amin(a, {0, 1}), 0, "amin");
   CHECK(sum(i.cuda()).cpu().item() == sum(i).item());  // int64 sums in int64
+  expect_close(softmax(ca, 1).cpu(), softmax(a, 1), 1e-6, "softmax along dim 1");
+  expect_close(log_softmax(ca * 2.0f, 0).cpu(), log_softmax(a * 2.0f, 0), 1e-6, "log_softmax of an expression along dim 0");
+  // torch.cuda's statistics and cache control.
+  cuda::synchronize();
+  CHECK(cuda::memory_allocated() == device().allocator().memory_allocated());
+  CHECK(cuda::max_memory_allocated() >= cuda::memory_allocated());
+  CHECK(cuda::memory_reserved() >= cuda::memory_allocated());
+  cuda::empty_cache();
+  CHECK(cuda::memory_reserved() == cuda::memory_allocated());
+  cuda::reset_peak_memory_stats();
+  CHECK(cuda::max_memory_allocated() == cuda::memory_allocated());
   // Tensors on two devices, and autograd, are refused with the reason.
   CHECK_THROWS_WITH_AS(Tensor<float>(ca + b), doctest::Contains("an expression mixes tensors on cuda:0 and cpu"), std::invalid_argument);
   Tensor<float> w = a.cuda();

@@ -2,7 +2,7 @@
 // Elementwise expressions over CUDA tensors, evaluated on their device: `Tensor<float> y = a * b + 1` with CUDA
 // tensors a and b runs one generated kernel (cuda/codegen.hpp) through the runtime (cuda/runtime.hpp) into a new
 // CUDA tensor; sum, mean, amax and amin of such an expression, along any dims, run one reduction kernel
-// (cuda/reduction.hpp) without materializing it. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
+// (cuda/reduction.hpp) without materializing it, and softmax / log_softmax of a CUDA tensor one kernel per call. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
 // switch, as EIGEN_USE_GPU is for Eigen: every file of the program must see the same definition of the core's
 // evaluation, so it cannot depend on which headers a file includes); without it, such an expression is refused
 // by the CPU code it reaches. Each expression type keeps its kernels per loop variant, so a warm evaluation
@@ -100,6 +100,23 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
   const auto words = cuda::reduction_descriptor(e, kernel, in, dims, {out->device_bytes(), contiguous_strides(kept)});
   cuda::DeviceContext::get(device.index()).launch(kernel, words, launch_for(out->numel()));
   return Tensor<Out>(out);
+}
+
+// softmax or log_softmax of a CUDA tensor along dim, as the CPU's (a row whose max is not finite gives NaN).
+template <bool kLog, Dtype T>
+Tensor<T> cuda_softmax(const Tensor<T>& in, int dim, const char* op) {
+  check<std::logic_error>(!(GradMode::is_enabled() && in.requires_grad()), op,
+                          ": a CUDA tensor that requires grad: autograd does not run on CUDA yet");
+  auto out = cuda_empty<T>(in.shape(), in.device());
+  if (out->numel() == 0) return Tensor<T>(out);
+  const Leaf<T> e(in.impl_ptr());
+  const cuda::ReductionVariant variant = cuda::reduction_variant(in.shape(), {dim}, e);
+  struct Tag;
+  const cuda::KernelSource& kernel =
+      kernel_for<std::pair<T, Tag>>(cat(kLog, variant.key()), [&] { return cuda::softmax_kernel<kLog>(e, variant); });
+  const auto words = cuda::reduction_descriptor(e, kernel, in.shape(), {dim}, {out->device_bytes(), out->strides});
+  cuda::DeviceContext::get(in.device().index()).launch(kernel, words, launch_for(out->numel() / in.size(dim)));
+  return Tensor<T>(out);
 }
 
 }  // namespace kiln::detail

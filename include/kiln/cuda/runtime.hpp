@@ -240,4 +240,12 @@ class DeviceContext : public DeviceMemory {
   CachingAllocator allocator_;  // last: it frees its cache through this context
 };
 
+// torch.cuda's module functions, for CUDA device `device` (0 unless given).
+inline void synchronize(int device = 0) { DeviceContext::get(device).synchronize(); }
+inline size_t memory_allocated(int device = 0) { return DeviceContext::get(device).allocator().memory_allocated(); }
+inline size_t max_memory_allocated(int device = 0) { return DeviceContext::get(device).allocator().max_memory_allocated(); }
+inline size_t memory_reserved(int device = 0) { return DeviceContext::get(device).allocator().memory_reserved(); }
+inline void reset_peak_memory_stats(int device = 0) { DeviceContext::get(device).allocator().reset_peak_memory_stats(); }
+inline void empty_cache(int device = 0) { DeviceContext::get(device).allocator().empty_cache(); }
+
 }  // namespace kiln::cuda

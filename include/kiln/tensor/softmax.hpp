@@ -245,6 +245,12 @@ struct SoftmaxBackward : Node {
 }  // namespace autograd
 
 namespace detail {
+#ifdef KILN_WITH_CUDA
+// (cuda/evaluate.hpp, which <kiln/kiln.hpp> includes in such builds)
+template <bool kLog, Dtype T>
+Tensor<T> cuda_softmax(const Tensor<T>& in, int dim, const char* op);
+#endif
+
 template <bool kLog, Operand X, DimIndex I>
 auto softmax_impl(const X& x, I dim, const char* op) {
   using T = typename X::value_type;
@@ -254,6 +260,9 @@ auto softmax_impl(const X& x, I dim, const char* op) {
   } else {
     const Tensor<T> in = contiguous_of(x);
     const int d = wrap_dim(int64_t(dim), in.dim(), op);
+#ifdef KILN_WITH_CUDA
+    if (in.is_cuda()) return cuda_softmax<kLog>(in, d, op);
+#endif
     const auto [outer, n, inner] = split_at(in.shape(), d);
     Tensor<T> out(TensorImpl::allocate(in.shape(), scalar_type_of<T>(), op));
     cpu::softmax<kLog>(in.data_ptr(), out.data_ptr(), outer, n, inner);
