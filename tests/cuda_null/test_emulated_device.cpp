@@ -235,7 +235,7 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
     const std::vector<std::function<void()>> cpu_ops = {
         [&] { (void)prod(c); },                    [&] { (void)c.to_vector(); },
         [&] { (void)matmul(c[0], c[1].t()); },     [&] { std::ostringstream out; out << c; },
-        [&] { (void)logsumexp(c, {1}); }};
+        [&] { (void)logsumexp(c, {1}); },          [&] { Tensor<float> m = c; eval_all({&m}, c * 2.0f); }};
     for (const auto& op : cpu_ops)
       CHECK_THROWS_WITH_AS(op(), doctest::Contains("on cuda:0 reached code that runs on the CPU: this op has no CUDA path yet"),
                            std::runtime_error);
@@ -281,6 +281,23 @@ TEST_CASE("elementwise expressions, sum, mean, amax, amin, softmax of CUDA tenso
   CHECK(sum(i.cuda()).cpu().item() == sum(i).item());  // int64 sums in int64
   expect_close(softmax(ca, 1).cpu(), softmax(a, 1), 1e-6, "softmax along dim 1");
   expect_close(log_softmax(ca * 2.0f, 0).cpu(), log_softmax(a * 2.0f, 0), 1e-6, "log_softmax of an expression along dim 0");
+  // Writes into CUDA tensors: fill_, +=, a broadcast copy_ into a transposed view, a slice's assignment, and
+  // copy_ between the host and the device both ways (as torch's).
+  Tensor<float> dst = zeros<float>({41, 37}).cuda();
+  dst.fill_(2.0f);
+  dst += ca.t();
+  expect_close(dst.cpu(), Tensor<float>(a.t() + 2.0f), 1e-6, "fill_ then +=");
+  dst.t().copy_(cbias);  // [37, 41] <- [41], through the transpose's strides
+  expect_close(dst.cpu(), Tensor<float>(bias.unsqueeze(1).expand({41, 37})), 0, "broadcast copy_ into a transposed view");
+  dst.slice(0, 3, 5) = cb.t().slice(0, 0, 2) * 2.0f;
+  Tensor<float> want_dst = bias.unsqueeze(1).expand({41, 37}).contiguous();
+  want_dst.slice(0, 3, 5) = b.t().slice(0, 0, 2) * 2.0f;
+  expect_close(dst.cpu(), want_dst, 1e-6, "a slice's assignment");
+  dst.copy_(a.t());  // host -> device
+  expect_close(dst.cpu(), a.t().contiguous(), 0, "copy_ from the host");
+  Tensor<float> host = zeros<float>({37, 41});
+  host.copy_(cb * 1.0f);  // device -> host
+  expect_close(host, b, 0, "copy_ to the host");
   // torch.cuda's statistics and cache control.
   cuda::synchronize();
   CHECK(cuda::memory_allocated() == device().allocator().memory_allocated());

@@ -2,7 +2,8 @@
 // Elementwise expressions over CUDA tensors, evaluated on their device: `Tensor<float> y = a * b + 1` with CUDA
 // tensors a and b runs one generated kernel (cuda/codegen.hpp) through the runtime (cuda/runtime.hpp) into a new
 // CUDA tensor; sum, mean, amax and amin of such an expression, along any dims, run one reduction kernel
-// (cuda/reduction.hpp) without materializing it, and softmax / log_softmax of a CUDA tensor one kernel per call. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
+// (cuda/reduction.hpp) without materializing it, softmax / log_softmax of a CUDA tensor one kernel per call, and
+// writes into CUDA tensors (copy_, fill_, +=, a slice's assignment) one kernel through the destination's strides. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
 // switch, as EIGEN_USE_GPU is for Eigen: every file of the program must see the same definition of the core's
 // evaluation, so it cannot depend on which headers a file includes); without it, such an expression is refused
 // by the CPU code it reaches. Each expression type keeps its kernels per loop variant, so a warm evaluation
@@ -78,6 +79,23 @@ std::shared_ptr<TensorImpl> cuda_evaluate_new(const E& expr, Device device) {
   const auto words = cuda::detail::descriptor(kernel, shape, {{out->device_bytes(), out->strides}}, {}, expr);
   cuda::DeviceContext::get(device.index()).launch(kernel, words, launch_for(out->numel()));
   return out;
+}
+
+// dst = expr (broadcast to dst's shape, through dst's strides). Values from another device (copy_ between the host
+// and a device, as torch allows) are evaluated where their leaves are, moved, then written.
+template <class E>
+void cuda_assign(const E& expr, TensorImpl& dst) {
+  using V = typename E::value_type;
+  if (const std::optional<Device> from = leaves_device(expr); from && *from != dst.device()) {
+    const Tensor<V> moved = Tensor<V>(evaluate_new(expr)).to(dst.device());
+    if (dst.device().is_cpu()) return cpu::assign(Leaf<V>(moved.impl_ptr()), dst);
+    return cuda_assign(Leaf<V>(moved.impl_ptr()), dst);
+  }
+  const cuda::KernelVariant variant = cuda::choose_variant(expr, dst.shape, dst.strides);
+  const cuda::KernelSource& kernel =
+      kernel_for<E>(variant.key(), [&] { return cuda::forward_kernel(expr, variant); });
+  const auto words = cuda::detail::descriptor(kernel, dst.shape, {{dst.device_bytes(), dst.strides}}, {}, expr);
+  cuda::DeviceContext::get(dst.device().index()).launch(kernel, words, launch_for(dst.numel()));
 }
 
 // sum, mean, amax or amin (R) of e over the dims rd reduces, into a new CUDA tensor of rd's shape.

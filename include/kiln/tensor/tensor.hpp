@@ -46,6 +46,8 @@ template <class E>
 std::optional<Device> leaves_device(const E& expr);
 template <class E>
 std::shared_ptr<TensorImpl> cuda_evaluate_new(const E& expr, Device device);
+template <class E>
+void cuda_assign(const E& expr, TensorImpl& dst);
 #endif
 }  // namespace detail
 
@@ -330,6 +332,17 @@ inline void check_untracked_write(const TensorImpl& dst, const char* op, bool so
 }
 
 // dst = expr (broadcast to dst's shape), in place; bumps dst's version.
+// dst = expr (broadcast), where dst's memory is; in builds with KILN_WITH_CUDA a CUDA destination or CUDA leaves go to
+// the device (cuda/evaluate.hpp: also the copies between devices that copy_ allows, as torch's).
+template <class E>
+void assign_on_device(const E& expr, TensorImpl& dst) {
+#ifdef KILN_WITH_CUDA
+  if (const std::optional<Device> d = leaves_device(expr); dst.device().is_cuda() || (d && d->is_cuda()))
+    return cuda_assign(expr, dst);
+#endif
+  cpu::assign(expr, dst);
+}
+
 std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<TensorImpl>& dst, const char* op) {
   const Shape src_shape = expr.shape();
   if (broadcast_shapes(src_shape, dst->shape, op) != dst->shape)
@@ -355,9 +368,9 @@ std::shared_ptr<TensorImpl> write_into(const auto& expr, const std::shared_ptr<T
     if (overlap) {
       using V = typename std::remove_cvref_t<decltype(expr)>::value_type;
       const Leaf<V> staged(evaluate_new(expr));
-      cpu::assign(staged, *dst);
+      assign_on_device(staged, *dst);
     } else {
-      cpu::assign(expr, *dst);
+      assign_on_device(expr, *dst);
     }
   }
   dst->storage->bump_version();
