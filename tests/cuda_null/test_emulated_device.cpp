@@ -235,7 +235,7 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
     const std::vector<std::function<void()>> cpu_ops = {
         [&] { (void)prod(c); },                    [&] { (void)c.to_vector(); },
         [&] { (void)matmul(c[0], c[1].t()); },     [&] { std::ostringstream out; out << c; },
-        [&] { (void)logsumexp(c, {1}); },          [&] { Tensor<float> m = c; eval_all({&m}, c * 2.0f); }};
+        [&] { (void)logsumexp(c, {1}); }};
     for (const auto& op : cpu_ops)
       CHECK_THROWS_WITH_AS(op(), doctest::Contains("on cuda:0 reached code that runs on the CPU: this op has no CUDA path yet"),
                            std::runtime_error);
@@ -298,6 +298,27 @@ TEST_CASE("elementwise expressions, sum, mean, amax, amin, softmax of CUDA tenso
   Tensor<float> host = zeros<float>({37, 41});
   host.copy_(cb * 1.0f);  // device -> host
   expect_close(host, b, 0, "copy_ to the host");
+  // eval_all: Adam's moments and parameter update in one kernel, the outputs also read (as kiln's Adam does).
+  {
+    Tensor<float> p = a.clone(), m = zeros<float>({37, 41}), v = full<float>({37, 41}, 0.5f);
+    Tensor<float> cp = p.cuda(), cm = m.cuda(), cv = v.cuda();
+    const auto update = [](Tensor<float>& p, Tensor<float>& m, Tensor<float>& v, const Tensor<float>& g) {
+      eval_all({&m, &v, &p}, 0.9f * m + 0.1f * g, 0.999f * v + 0.001f * g * g,
+               p - 0.01f * (0.9f * m + 0.1f * g) / (sqrt(0.999f * v + 0.001f * g * g) + 1e-8f));
+    };
+    update(p, m, v, b);
+    update(cp, cm, cv, cb);
+    expect_close(cp.cpu(), p, 1e-6, "eval_all: p");
+    expect_close(cm.cpu(), m, 1e-6, "eval_all: m");
+    expect_close(cv.cpu(), v, 1e-6, "eval_all: v");
+    CHECK_THROWS_WITH_AS(update(cp, cm, cv, b), doctest::Contains("an expression mixes tensors on cuda:0 and cpu"),
+                         std::invalid_argument);
+    Tensor<float> host_out = zeros<float>({37, 41});
+    CHECK_THROWS_WITH_AS(eval_all({&cp, &host_out}, cb * 1.0f, cb * 2.0f), doctest::Contains("eval_all: outputs on cuda:0 and cpu"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(eval_all({&cp}, b * 1.0f), doctest::Contains("eval_all: an expression on cpu for outputs on cuda:0"),
+                         std::invalid_argument);
+  }
   // torch.cuda's statistics and cache control.
   cuda::synchronize();
   CHECK(cuda::memory_allocated() == device().allocator().memory_allocated());

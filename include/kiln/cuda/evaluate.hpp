@@ -3,7 +3,8 @@
 // tensors a and b runs one generated kernel (cuda/codegen.hpp) through the runtime (cuda/runtime.hpp) into a new
 // CUDA tensor; sum, mean, amax and amin of such an expression, along any dims, run one reduction kernel
 // (cuda/reduction.hpp) without materializing it, softmax / log_softmax of a CUDA tensor one kernel per call, and
-// writes into CUDA tensors (copy_, fill_, +=, a slice's assignment) one kernel through the destination's strides. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
+// writes into CUDA tensors (copy_, fill_, +=, a slice's assignment, eval_all) one kernel through the destinations'
+// strides. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
 // switch, as EIGEN_USE_GPU is for Eigen: every file of the program must see the same definition of the core's
 // evaluation, so it cannot depend on which headers a file includes); without it, such an expression is refused
 // by the CPU code it reaches. Each expression type keeps its kernels per loop variant, so a warm evaluation
@@ -15,6 +16,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include "kiln/cuda/descriptor.hpp"
 #include "kiln/cuda/reduction.hpp"
@@ -96,6 +99,33 @@ void cuda_assign(const E& expr, TensorImpl& dst) {
       kernel_for<E>(variant.key(), [&] { return cuda::forward_kernel(expr, variant); });
   const auto words = cuda::detail::descriptor(kernel, dst.shape, {{dst.device_bytes(), dst.strides}}, {}, expr);
   cuda::DeviceContext::get(dst.device().index()).launch(kernel, words, launch_for(dst.numel()));
+}
+
+// eval_all on a device: outs[k] = e[k] in one kernel (cuda::forward_kernel_all), every value computed before any
+// is stored; the outputs and every leaf on one device.
+template <size_t K, class... E>
+void cuda_assign_all(const std::array<std::shared_ptr<TensorImpl>, K>& dst, const E&... e) {
+  const Device device = dst[0]->device();
+  for (const auto& d : dst)
+    check<std::invalid_argument>(d->device() == device, "eval_all: outputs on ", device.str(), " and ", d->device().str());
+  const auto same_device = [&](const auto& x) {
+    if (const std::optional<Device> from = leaves_device(x))
+      check<std::invalid_argument>(*from == device, "eval_all: an expression on ", from->str(), " for outputs on ",
+                                   device.str(), "; move it to one device first (.to(device))");
+  };
+  (same_device(e), ...);
+  std::vector<Strides> strides;
+  std::vector<cuda::ArrayRef> outs;
+  for (const auto& d : dst) {
+    strides.push_back(d->strides);
+    outs.push_back({d->device_bytes(), d->strides});
+  }
+  const Shape& shape = dst[0]->shape;
+  const cuda::KernelVariant variant = cuda::choose_variant(shape, strides, e...);
+  const cuda::KernelSource& kernel = kernel_for<std::tuple<E...>>(
+      variant.key(), [&] { return cuda::forward_kernel_all(variant, "kiln_eval_all", e...); });
+  const auto words = cuda::forward_descriptor_all(kernel, shape, outs, e...);
+  cuda::DeviceContext::get(device.index()).launch(kernel, words, launch_for(numel_of(shape)));
 }
 
 // sum, mean, amax or amin (R) of e over the dims rd reduces, into a new CUDA tensor of rd's shape.

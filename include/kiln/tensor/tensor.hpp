@@ -3,6 +3,7 @@
 // `t = expr` rebinds t to a newly computed tensor; writing into existing memory is explicit
 // (copy_, +=, fill_, an assignment to a view such as `t.select(0, 1) = expr`).
 #include <algorithm>
+#include <array>
 #include <initializer_list>
 #include <memory>
 #include <numeric>
@@ -48,6 +49,8 @@ template <class E>
 std::shared_ptr<TensorImpl> cuda_evaluate_new(const E& expr, Device device);
 template <class E>
 void cuda_assign(const E& expr, TensorImpl& dst);
+template <size_t K, class... E>
+void cuda_assign_all(const std::array<std::shared_ptr<TensorImpl>, K>& dst, const E&... e);
 #endif
 }  // namespace detail
 
@@ -424,7 +427,11 @@ void eval_all(std::initializer_list<Tensor<T>*> outs, const E&... exprs) {
                                 leaf.impl->shape, " overlaps an output other than element for element");
     };
     (for_each_leaf(e, no_unsafe_overlap), ...);
-    if (dst[0]->numel() > 0) cpu::assign_all(raw, e...);
+    if (dst[0]->numel() == 0) return;
+#ifdef KILN_WITH_CUDA
+    if (dst[0]->device().is_cuda()) return detail::cuda_assign_all(dst, e...);
+#endif
+    cpu::assign_all(raw, e...);
   }, nodes);
   for (const auto& d : dst) d->storage->bump_version();
 }
