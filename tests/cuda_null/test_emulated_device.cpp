@@ -254,7 +254,7 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
   CHECK(zeros<float>({0, 3}).cuda().cpu().numel() == 0);
 }
 
-TEST_CASE("elementwise expressions, sum, mean, amax, amin, softmax of CUDA tensors run on their device (KILN_WITH_CUDA)" * no_device()) {
+TEST_CASE("elementwise expressions, reductions, softmax, writes, eval_all of CUDA tensors run on their device (KILN_WITH_CUDA)" * no_device()) {
   Generator g(6);
   const Tensor<float> a = randn<float>({37, 41}, &g), b = randn<float>({37, 41}, &g), bias = randn<float>({41}, &g);
   const Tensor<float> ca = a.cuda(), cb = b.cuda(), cbias = bias.cuda();
@@ -279,6 +279,11 @@ TEST_CASE("elementwise expressions, sum, mean, amax, amin, softmax of CUDA tenso
   expect_close(amax(ca - cb, {0}).cpu(), amax(a - b, {0}), 0, "amax");
   expect_close(amin(ca, {0, 1}).cpu(), amin(a, {0, 1}), 0, "amin");
   CHECK(sum(i.cuda()).cpu().item() == sum(i).item());  // int64 sums in int64
+  CHECK(argmax(ca, 1).cpu().to_vector() == argmax(a, 1).to_vector());
+  CHECK(argmin(ca - cb, 0, true).cpu().to_vector() == argmin(a - b, 0, true).to_vector());
+  CHECK(argmax(cbias).cpu().item() == argmax(bias).item());  // a 1-d tensor: its one dim
+  CHECK_THROWS_WITH_AS(argmax(ca), doctest::Contains("argmax: over 2 dims of a CUDA tensor of shape [37, 41]"),
+                       std::invalid_argument);
   expect_close(softmax(ca, 1).cpu(), softmax(a, 1), 1e-6, "softmax along dim 1");
   expect_close(log_softmax(ca * 2.0f, 0).cpu(), log_softmax(a * 2.0f, 0), 1e-6, "log_softmax of an expression along dim 0");
   // Writes into CUDA tensors: fill_, +=, a broadcast copy_ into a transposed view, a slice's assignment, and

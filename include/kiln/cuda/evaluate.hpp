@@ -1,8 +1,9 @@
 #pragma once
 // Elementwise expressions over CUDA tensors, evaluated on their device: `Tensor<float> y = a * b + 1` with CUDA
 // tensors a and b runs one generated kernel (cuda/codegen.hpp) through the runtime (cuda/runtime.hpp) into a new
-// CUDA tensor; sum, mean, amax and amin of such an expression, along any dims, run one reduction kernel
-// (cuda/reduction.hpp) without materializing it, softmax / log_softmax of a CUDA tensor one kernel per call, and
+// CUDA tensor; sum, mean, amax and amin of such an expression, along any dims (argmax and argmin along one), run
+// one reduction kernel (cuda/reduction.hpp) without materializing it, softmax / log_softmax of a CUDA tensor one
+// kernel per call, and
 // writes into CUDA tensors (copy_, fill_, +=, a slice's assignment, eval_all) one kernel through the destinations'
 // strides. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
 // switch, as EIGEN_USE_GPU is for Eigen: every file of the program must see the same definition of the core's
@@ -128,7 +129,8 @@ void cuda_assign_all(const std::array<std::shared_ptr<TensorImpl>, K>& dst, cons
   cuda::DeviceContext::get(device.index()).launch(kernel, words, launch_for(numel_of(shape)));
 }
 
-// sum, mean, amax or amin (R) of e over the dims rd reduces, into a new CUDA tensor of rd's shape.
+// sum, mean, amax, amin, argmax or argmin (R; the last two along one dim) of e over the dims rd reduces, into a new
+// CUDA tensor of rd's shape.
 template <cuda::Reduce R, Dtype Out, class E>
 Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const char* op, Device device) {
   if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0)

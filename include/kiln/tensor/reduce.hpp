@@ -14,6 +14,7 @@
 // std, norm and logsumexp need a floating-point input; max / min / amax / amin keep the dtype.
 // Empty reductions follow PyTorch too: sum 0, prod 1, mean / var NaN, logsumexp -inf, all true,
 // any false; max, min, argmax, argmin and the inf-norms throw (they have no identity).
+#include <bit>
 #include <concepts>
 #include <limits>
 #include <tuple>
@@ -280,6 +281,16 @@ template <bool kMax, class E>
 Tensor<int64_t> arg_impl(const E& e, const Shape& in, const Reduction& rd, const char* op) {
   using T = typename E::value_type;
   check_nonempty(in, rd, op);
+#ifdef KILN_WITH_CUDA
+  if (const std::optional<Device> d = leaves_device(e); d && d->is_cuda())
+    check<std::invalid_argument>(std::popcount(rd.mask) == 1, op, ": over ", std::popcount(rd.mask),
+                                 " dims of a CUDA tensor of shape ", in, " (one dim only on CUDA yet; flatten() it first)");
+#endif
+  if constexpr (kMax) {
+    KILN_REDUCE_ON_CUDA(ArgMax, int64_t, op)
+  } else {
+    KILN_REDUCE_ON_CUDA(ArgMin, int64_t, op)
+  }
   return run_reduce<int64_t>(red::ArgReducer<compute_t<T>, T, kMax>{}, e, in, rd, op, /*keep_order=*/true);
 }
 // max(x, dim) / min(x, dim): values and indices in one pass.
