@@ -3,9 +3,8 @@
 // tensors a and b runs one generated kernel (cuda/codegen.hpp) through the runtime (cuda/runtime.hpp) into a new
 // CUDA tensor; sum, mean, amax and amin of such an expression, along any dims (argmax and argmin along one), run
 // one reduction kernel (cuda/reduction.hpp) without materializing it, softmax / log_softmax of a CUDA tensor one
-// kernel per call, and
-// writes into CUDA tensors (copy_, fill_, +=, a slice's assignment, eval_all) one kernel through the destinations'
-// strides. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
+// kernel per call, and writes into CUDA tensors (copy_, fill_, +=, a slice's assignment, eval_all) one kernel
+// through the destinations' strides. The core calls this from Tensor(expr) when the program is built with KILN_WITH_CUDA (a build-wide
 // switch, as EIGEN_USE_GPU is for Eigen: every file of the program must see the same definition of the core's
 // evaluation, so it cannot depend on which headers a file includes); without it, such an expression is refused
 // by the CPU code it reaches. Each expression type keeps its kernels per loop variant, so a warm evaluation
@@ -71,17 +70,20 @@ inline cuda::LaunchConfig launch_for(int64_t n) {
   return {.grid = unsigned(std::clamp<int64_t>((n + 1023) / 1024, 1, 8192)), .block = 256};
 }
 
+// dst = expr through dst's strides, every leaf on dst's device: the expression's kernel, made once per variant.
 template <class E>
-std::shared_ptr<TensorImpl> cuda_evaluate_new(const E& expr, Device device) {
-  using T = typename E::value_type;
-  const Shape shape = expr.shape();
-  auto out = cuda_empty<T>(shape, device);
-  if (out->numel() == 0) return out;
-  const cuda::KernelVariant variant = cuda::choose_variant(expr, shape, out->strides);
+void launch_into(const E& expr, TensorImpl& dst) {
+  const cuda::KernelVariant variant = cuda::choose_variant(expr, dst.shape, dst.strides);
   const cuda::KernelSource& kernel =
       kernel_for<E>(variant.key(), [&] { return cuda::forward_kernel(expr, variant); });
-  const auto words = cuda::detail::descriptor(kernel, shape, {{out->device_bytes(), out->strides}}, {}, expr);
-  cuda::DeviceContext::get(device.index()).launch(kernel, words, launch_for(out->numel()));
+  const auto words = cuda::detail::descriptor(kernel, dst.shape, {{dst.device_bytes(), dst.strides}}, {}, expr);
+  cuda::DeviceContext::get(dst.device().index()).launch(kernel, words, launch_for(dst.numel()));
+}
+
+template <class E>
+std::shared_ptr<TensorImpl> cuda_evaluate_new(const E& expr, Device device) {
+  auto out = cuda_empty<typename E::value_type>(expr.shape(), device);
+  if (out->numel() > 0) launch_into(expr, *out);
   return out;
 }
 
@@ -93,13 +95,9 @@ void cuda_assign(const E& expr, TensorImpl& dst) {
   if (const std::optional<Device> from = leaves_device(expr); from && *from != dst.device()) {
     const Tensor<V> moved = Tensor<V>(evaluate_new(expr)).to(dst.device());
     if (dst.device().is_cpu()) return cpu::assign(Leaf<V>(moved.impl_ptr()), dst);
-    return cuda_assign(Leaf<V>(moved.impl_ptr()), dst);
+    return launch_into(Leaf<V>(moved.impl_ptr()), dst);
   }
-  const cuda::KernelVariant variant = cuda::choose_variant(expr, dst.shape, dst.strides);
-  const cuda::KernelSource& kernel =
-      kernel_for<E>(variant.key(), [&] { return cuda::forward_kernel(expr, variant); });
-  const auto words = cuda::detail::descriptor(kernel, dst.shape, {{dst.device_bytes(), dst.strides}}, {}, expr);
-  cuda::DeviceContext::get(dst.device().index()).launch(kernel, words, launch_for(dst.numel()));
+  launch_into(expr, dst);
 }
 
 // eval_all on a device: outs[k] = e[k] in one kernel (cuda::forward_kernel_all), every value computed before any
