@@ -2,8 +2,11 @@
 // Matrix products with torch's names and rules: matmul (1-D, 2-D and batched with broadcast batch
 // dims), mm, bmm, mv, dot. They run through kiln::cpu::gemm / gemm_batched on the tensors' own
 // strides, so transposed and other views with a unit stride in one of the two matrix dims reach
-// Eigen without a copy. An expression operand is materialized first. Kept out of the elementwise
+// Eigen without a copy; CUDA tensors go to cuBLAS the same way in builds with KILN_WITH_CUDA
+// (cuda/matmul.hpp). An expression operand is materialized first. Kept out of the elementwise
 // headers: Eigen's product is the most expensive thing kiln compiles.
+#include <array>
+
 #include "kiln/core/autocast.hpp"
 #include "kiln/tensor/autocast_cast.hpp"
 #include "kiln/cpu/gemm.hpp"
@@ -33,73 +36,109 @@ auto matmul_operand(const X& x) {
   throw ShapeError(cat(op, ": shapes ", a, " and ", b, " cannot be multiplied (", ka, " != ", kb, ")"));
 }
 
-// c[batch..., M, N] = a[..., M, K] * b[..., K, N], where a's and b's batch dims broadcast to c's
-// (c is contiguous and freshly allocated), for the dtypes Eigen's GEMM takes.
-template <class T>
-void batched_gemm(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) {
-  const int rank = c.dim();
-  const int nb = rank - 2;
-  const int64_t M = c.size(-2), N = c.size(-1), K = a.size(-1);
-  if (c.numel() == 0) return;
-  const Shape cs = c.shape();
-  Shape bshape;
-  for (int i = 0; i < nb; ++i) bshape.push_back(cs[i]);
-  const Strides as = broadcast_strides(a.shape(), a.strides(), cs);
-  const Strides bs = broadcast_strides(b.shape(), b.strides(), cs);
-  const Strides ct = c.strides();
-  const int64_t a_rs = as[nb], a_cs = as[nb + 1], b_rs = bs[nb], b_cs = bs[nb + 1];
-  const int64_t c_rs = ct[nb], c_cs = ct[nb + 1];
-  // Batch dims, size-1 dims dropped and neighbours merged where all three operands allow.
-  int64_t shape[kMaxRank], st[3][kMaxRank];
-  int n = 0;
-  for (int i = 0; i < nb; ++i) {
-    if (bshape[i] == 1) continue;
-    const int64_t s[3] = {as[i], bs[i], ct[i]};
-    if (n > 0 && st[0][n - 1] == s[0] * bshape[i] && st[1][n - 1] == s[1] * bshape[i] &&
-        st[2][n - 1] == s[2] * bshape[i]) {
-      shape[n - 1] *= bshape[i];
-      for (int k = 0; k < 3; ++k) st[k][n - 1] = s[k];
-      continue;
-    }
-    shape[n] = bshape[i];
-    for (int k = 0; k < 3; ++k) st[k][n] = s[k];
-    ++n;
-  }
-  const T* A = a.data_ptr();
-  const T* B = b.data_ptr();
-  T* C = c.data_ptr();
-  if (n == 0) {
-    cpu::gemm<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs);
-    return;
-  }
-  // One batch dim over a shared B with A's rows evenly spaced across it: one tall product.
-  if (n == 1 && st[1][0] == 0 && (M == 1 || st[0][0] == M * a_rs) && st[2][0] == M * c_rs) {
-    cpu::gemm<T>(shape[0] * M, N, K, A, M == 1 ? st[0][0] : a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs);
-    return;
-  }
-  // The innermost batch dim goes to gemm_batched, the others loop.
-  const int64_t outer = [&] {
+// The layout of c[batch..., M, N] = a[..., M, K] * b[..., K, N], where a's and b's batch dims broadcast to c's: the
+// matrices' strides in elements (0 along a size-1 dim) and the batch dims with size-1 dims dropped and neighbours
+// merged where all three operands allow (each operand's stride 0 along a dim it is broadcast over). One batch dim
+// over a shared b, with a's rows evenly spaced across it, folds into M: one tall product. The CPU and CUDA paths
+// both run their products over it.
+struct ProductLayout {
+  int64_t M = 0, N = 0, K = 0;
+  int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0, c_rs = 0, c_cs = 0;
+  int n = 0;  // batch dims left
+  int64_t shape[kMaxRank] = {}, st[3][kMaxRank] = {};
+
+  // The products over all batch dims but the innermost, which one batched call covers.
+  int64_t outer() const {
     int64_t o = 1;
     for (int i = 0; i + 1 < n; ++i) o *= shape[i];
     return o;
-  }();
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t off[3] = {0, 0, 0}, rest = o;
+  }
+  // The element offsets of a, b and c for outer product o.
+  std::array<int64_t, 3> offsets(int64_t o) const {
+    std::array<int64_t, 3> off = {0, 0, 0};
     for (int i = n - 2; i >= 0; --i) {
-      const int64_t idx = rest % shape[i];
-      rest /= shape[i];
+      const int64_t idx = o % shape[i];
+      o /= shape[i];
       for (int k = 0; k < 3; ++k) off[k] += idx * st[k][i];
     }
-    cpu::gemm_batched<T>(shape[n - 1], M, N, K, A + off[0], st[0][n - 1], a_rs, a_cs, B + off[1], st[1][n - 1], b_rs,
-                         b_cs, C + off[2], st[2][n - 1], c_rs, c_cs);
+    return off;
+  }
+};
+
+inline ProductLayout product_layout(const TensorImpl& a, const TensorImpl& b, const TensorImpl& c) {
+  ProductLayout p;
+  const Shape& cs = c.shape;
+  const int nb = cs.size() - 2;
+  p.M = cs[nb], p.N = cs[nb + 1], p.K = a.shape[a.shape.size() - 1];
+  const Strides as = broadcast_strides(a.shape, a.strides, cs);
+  const Strides bs = broadcast_strides(b.shape, b.strides, cs);
+  p.a_rs = as[nb], p.a_cs = as[nb + 1], p.b_rs = bs[nb], p.b_cs = bs[nb + 1];
+  p.c_rs = c.strides[nb], p.c_cs = c.strides[nb + 1];
+  for (int i = 0; i < nb; ++i) {
+    if (cs[i] == 1) continue;
+    const int64_t s[3] = {as[i], bs[i], c.strides[i]};
+    if (p.n > 0 && p.st[0][p.n - 1] == s[0] * cs[i] && p.st[1][p.n - 1] == s[1] * cs[i] &&
+        p.st[2][p.n - 1] == s[2] * cs[i]) {
+      p.shape[p.n - 1] *= cs[i];
+      for (int k = 0; k < 3; ++k) p.st[k][p.n - 1] = s[k];
+      continue;
+    }
+    p.shape[p.n] = cs[i];
+    for (int k = 0; k < 3; ++k) p.st[k][p.n] = s[k];
+    ++p.n;
+  }
+  if (p.n == 1 && p.st[1][0] == 0 && (p.M == 1 || p.st[0][0] == p.M * p.a_rs) && p.st[2][0] == p.M * p.c_rs) {
+    if (p.M == 1) p.a_rs = p.st[0][0];
+    p.M *= p.shape[0];
+    p.n = 0;
+  }
+  return p;
+}
+
+// c = a * b (see ProductLayout; c is contiguous and freshly allocated) through Eigen's GEMM: the innermost batch dim
+// goes to gemm_batched, the others loop.
+template <class T>
+void batched_gemm(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) {
+  if (c.numel() == 0) return;
+  const ProductLayout p = product_layout(a.impl(), b.impl(), c.impl());
+  const T* A = a.data_ptr();
+  const T* B = b.data_ptr();
+  T* C = c.data_ptr();
+  if (p.n == 0) {
+    cpu::gemm<T>(p.M, p.N, p.K, A, p.a_rs, p.a_cs, B, p.b_rs, p.b_cs, C, p.c_rs, p.c_cs);
+    return;
+  }
+  const int in = p.n - 1;
+  for (int64_t o = 0; o < p.outer(); ++o) {
+    const auto off = p.offsets(o);
+    cpu::gemm_batched<T>(p.shape[in], p.M, p.N, p.K, A + off[0], p.st[0][in], p.a_rs, p.a_cs, B + off[1], p.st[1][in],
+                         p.b_rs, p.b_cs, C + off[2], p.st[2][in], p.c_rs, p.c_cs);
   }
 }
 
-// batched_gemm for every dtype matmul takes. bfloat16 and float16 products are computed in float: Eigen 3.4 has
+#ifdef KILN_WITH_CUDA
+// c = a * b on c's device through cuBLAS (cuda/matmul.hpp, included at the end of this file in such builds).
+template <class T>
+void cuda_batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, const char* op);
+#endif
+
+// The device a product runs on: its operands' (a product across devices is refused, as torch's).
+template <class T, class U>
+Device product_device(const char* op, const Tensor<T>& a, const Tensor<U>& b) {
+  check<std::invalid_argument>(a.device() == b.device(), op, ": operands on ", a.device().str(), " and ",
+                               b.device().str(), " (shapes ", a.shape(), " and ", b.shape(),
+                               "); move them to one device first (.to(device))");
+  return a.device();
+}
+
+// batched_gemm for every dtype matmul takes (on CUDA tensors, in builds with KILN_WITH_CUDA, cuBLAS). bfloat16 and float16 products are computed in float: Eigen 3.4 has
 // no 16-bit GEMM, so the operands widen, the product accumulates in float and rounds once into c (16-bit storage
 // saves memory here, not time).
 template <class T>
-void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) {
+void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, const char* op) {
+#ifdef KILN_WITH_CUDA
+  if (c.is_cuda()) return cuda_batched_matmul(a, b, c, op);
+#endif
   if constexpr (is_half_v<T>) {
     NoGradGuard no_grad;
     const Tensor<float> wide(TensorImpl::allocate(c.shape(), ScalarType::Float, "matmul"));
@@ -151,7 +190,7 @@ struct MatmulBackward : Node {
     const int64_t m = x.size(-2), n = y.size(-1), k = x.size(-1);
     const bool flat_target = numel_of(target) == m * n && target.size() >= 2 && target[target.size() - 2] == m;
     if constexpr (!is_half_v<T>) {
-      if (x.dim() >= 3 && x.dim() == y.dim() && flat_target && x.numel() > 0 && y.numel() > 0 &&
+      if (x.is_cpu() && x.dim() >= 3 && x.dim() == y.dim() && flat_target && x.numel() > 0 && y.numel() > 0 &&
           std::equal(x.shape().begin(), x.shape().end() - 2, y.shape().begin())) {
         const int64_t batch = x.numel() / std::max<int64_t>(m * k, 1);
         const Tensor<T> x3 = x.reshape({batch, m, k}), y3 = y.reshape({batch, k, n});
@@ -224,8 +263,8 @@ auto matmul(const X& x, const Y& y) {
   Shape cshape = batch;
   cshape.push_back(a2.size(-2));
   cshape.push_back(b2.size(-1));
-  Tensor<T> c(TensorImpl::allocate(cshape, scalar_type_of<T>(), "matmul"));
-  detail::batched_matmul(a2, b2, c);
+  Tensor<T> c(TensorImpl::allocate(cshape, scalar_type_of<T>(), "matmul", detail::product_device("matmul", a, b)));
+  detail::batched_matmul(a2, b2, c, "matmul");
   detail::record_matmul(a2, b2, c, "MatmulBackward");
   Shape result = batch;
   if (da > 1) result.push_back(a2.size(-2));
@@ -247,8 +286,8 @@ auto mm(const X& x, const Y& y) {
   if (a.dim() != 2 || b.dim() != 2)
     throw ShapeError(detail::cat("mm: expects 2-D tensors, got shapes ", a.shape(), " and ", b.shape()));
   if (a.size(1) != b.size(0)) detail::throw_mismatch("mm", a.shape(), b.shape(), a.size(1), b.size(0));
-  Tensor<T> c(TensorImpl::allocate({a.size(0), b.size(1)}, scalar_type_of<T>(), "mm"));
-  detail::batched_matmul(a, b, c);
+  Tensor<T> c(TensorImpl::allocate({a.size(0), b.size(1)}, scalar_type_of<T>(), "mm", detail::product_device("mm", a, b)));
+  detail::batched_matmul(a, b, c, "mm");
   detail::record_matmul(a, b, c, "MmBackward");
   return c;
 }
@@ -270,8 +309,9 @@ auto bmm(const X& x, const Y& y) {
     throw ShapeError(detail::cat("bmm: shapes ", a.shape(), " and ", b.shape(), " have different batch sizes (",
                                  a.size(0), " != ", b.size(0), ")"));
   if (a.size(2) != b.size(1)) detail::throw_mismatch("bmm", a.shape(), b.shape(), a.size(2), b.size(1));
-  Tensor<T> c(TensorImpl::allocate({a.size(0), a.size(1), b.size(2)}, scalar_type_of<T>(), "bmm"));
-  detail::batched_matmul(a, b, c);
+  Tensor<T> c(TensorImpl::allocate({a.size(0), a.size(1), b.size(2)}, scalar_type_of<T>(), "bmm",
+                                   detail::product_device("bmm", a, b)));
+  detail::batched_matmul(a, b, c, "bmm");
   detail::record_matmul(a, b, c, "BmmBackward");
   return c;
 }
@@ -285,6 +325,7 @@ auto mv(const X& x, const Y& y) {
   if (a.dim() != 2 || v.dim() != 1)
     throw ShapeError(detail::cat("mv: expects a 2-D and a 1-D tensor, got shapes ", a.shape(), " and ", v.shape()));
   if (a.size(1) != v.size(0)) detail::throw_mismatch("mv", a.shape(), v.shape(), a.size(1), v.size(0));
+  detail::product_device("mv", a, v);
   return matmul(a, v);
 }
 
@@ -297,7 +338,12 @@ auto dot(const X& x, const Y& y) {
   if (a.dim() != 1 || b.dim() != 1)
     throw ShapeError(detail::cat("dot: expects 1-D tensors, got shapes ", a.shape(), " and ", b.shape()));
   if (a.size(0) != b.size(0)) detail::throw_mismatch("dot", a.shape(), b.shape(), a.size(0), b.size(0));
+  detail::product_device("dot", a, b);
   return matmul(a, b);
 }
 
 }  // namespace kiln
+
+#ifdef KILN_WITH_CUDA  // (a build-wide switch: cuda/evaluate.hpp)
+#include "kiln/cuda/matmul.hpp"
+#endif
