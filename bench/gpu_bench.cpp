@@ -9,7 +9,10 @@
 //   - NVRTC's first compile of a kernel, and loading it again from the disk cache in a fresh cache object
 //     (target: a hit under 1 ms); the host time per launch of a small kernel (target under 10 us);
 //   - flex_attention's forward and backward (CUDA cores, float; tensor cores are not written yet), B = 1, H = 8,
-//     D = 64, L = 4096, dense and causal, TFLOP/s counting 4 L^2 D per head forward (dense; causal: half).
+//     D = 64, L = 4096, dense and causal, TFLOP/s counting 4 L^2 D per head forward (dense; causal: half);
+//   - sgemm 4096 x 4096 x 4096 (float32, TF32 off) through kiln's matmul of CUDA tensors and through cublasSgemm
+//     called directly in the same run: kiln's overhead as a ratio (target under 5%).
+// Built with KILN_WITH_CUDA (tests/gpu/build.sh, bench/meson.build), so matmul of CUDA tensors runs on the device.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -184,6 +187,41 @@ void flex() {
   }
 }
 
+// Times kiln's matmul and a direct cublasSgemm alternately, a median of each after a warm-up of both.
+void sgemm() {
+  const int64_t n = shrink(4096, 128);
+  Generator g(2);
+  const Tensor<float> a = randn<float>({n, n}, &g).cuda(), b = randn<float>({n, n}, &g).cuda(), c = zeros<float>({n, n}).cuda();
+  cuda::Cublas& blas = cuda::Cublas::get();
+  using Sgemm = int (*)(void*, int, int, int, int, int, const float*, const float*, int, const float*, int,
+                        const float*, float*, int);
+  const auto direct_sgemm = blas.symbol<Sgemm>("cublasSgemm_v2");
+  const cuda::blas::Handle handle = blas.handle(0);
+  const float one = 1, zero = 0;
+  const int ni = int(n);
+  const auto kiln_product = [&] { (void)matmul(a, b); };
+  const auto direct = [&] {  // row-major c = a b is column-major c^T = b^T a^T
+    blas.require(direct_sgemm(handle, cuda::blas::kNoTrans, cuda::blas::kNoTrans, ni, ni, ni, &one, on_device(b), ni,
+                              on_device(a), ni, &zero, on_device(c), ni),
+                 "cublasSgemm_v2");
+  };
+  std::vector<double> tk, td;
+  for (int i = 0; i < 11; ++i)
+    for (auto [f, t] : {std::pair{std::function<void()>(kiln_product), &tk}, std::pair{std::function<void()>(direct), &td}}) {
+      device().synchronize();
+      const auto t0 = Clock::now();
+      f();
+      device().synchronize();
+      if (i > 0) t->push_back(std::chrono::duration<double>(Clock::now() - t0).count());  // (i = 0: the warm-up)
+    }
+  std::sort(tk.begin(), tk.end());
+  std::sort(td.begin(), td.end());
+  const double k = tk[tk.size() / 2], d = td[td.size() / 2], flops = 2.0 * double(n) * double(n) * double(n);
+  std::printf("sgemm 4096^3 float32 (TF32 off): kiln matmul %.1f TFLOP/s (%.3f ms), cublasSgemm directly %.1f TFLOP/s "
+              "(%.3f ms): kiln's overhead %+.1f%% (target under 5%%)\n", flops / k / 1e12, k * 1e3, flops / d / 1e12,
+              d * 1e3, (k / d - 1) * 100);
+}
+
 }  // namespace
 
 int main() {
@@ -212,5 +250,6 @@ int main() {
   section("reductions", [&] { reductions(copy_gbs); });
   section("compile and launch", compile_and_launch_overhead);
   section("attention", flex);
+  section("sgemm", sgemm);
   return 0;
 }

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # On a GPU machine (the device tool): the device tests and the GPU benchmarks that tests/gpu/build.sh built into
 # build-gpu/, their output written under $OUT (./gpu-out when unset): nvidia-smi.txt, device_tests.txt,
-# gpu_bench.txt and summary.txt. Uses the machine's CUDA driver and NVRTC (libnvrtc.so.13, or /usr/local/cuda/lib64).
+# gpu_bench.txt and summary.txt. Uses the machine's CUDA driver, NVRTC and cuBLAS (libnvrtc.so.13, libcublas.so.13:
+# /usr/local/cuda/lib64, else the cuBLAS of the machine's Python packages, nvidia-cublas).
 # Sized to finish well within 5 minutes on one H200 (each step has its own timeout).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-out}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ] && [ ! -e /usr/local/cuda/lib64/libcublas.so.12 ]; then
+  wheel=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$wheel" ] && export LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH"
+fi
 {
   date -u
   nvidia-smi || true
