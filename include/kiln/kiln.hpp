@@ -19,5 +19,6 @@
 #include "kiln/tensor/views.hpp"
 #ifdef KILN_WITH_CUDA  // (a build-wide switch: cuda/evaluate.hpp)
 #include "kiln/cuda.hpp"
+#include "kiln/cuda/autograd.hpp"
 #include "kiln/cuda/evaluate.hpp"
 #endif

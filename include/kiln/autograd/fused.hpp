@@ -185,6 +185,16 @@ void simd_backward_kernel(const void* context, char* const* ptr, int64_t n) {
 }  // namespace kiln
 HWY_AFTER_NAMESPACE();
 
+#ifdef KILN_WITH_CUDA
+namespace kiln::detail {
+// (cuda/autograd.hpp, which <kiln/kiln.hpp> includes in such builds) Writes buffers[k] as run_kernel does, with one
+// generated kernel on g's device.
+template <class E>
+void cuda_fused_backward(const E& e, const TensorImpl& g, const Shape& shape, const autograd::GradList& buffers,
+                         const uint64_t* later);
+}  // namespace kiln::detail
+#endif
+
 namespace kiln::autograd {
 
 namespace detail {
@@ -256,6 +266,9 @@ struct FusedBackward final : FusedNode {
   }
 
   void run_kernel(const TensorImpl& g, const GradList& buffers, const uint64_t* later) const override {
+#ifdef KILN_WITH_CUDA
+    if (g.device().is_cuda()) return kiln::detail::cuda_fused_backward(expr_, g, shape_, buffers, later);
+#endif
     static constexpr auto types = detail::backward_operands<E, kOutput>();
     cpu::KernelDesc kernel;
     if constexpr (cpu::is_simd_v<E>)
@@ -356,7 +369,8 @@ KILN_DECL GradList FusedNode::apply(GradList&& grads) {
   uint64_t later[kMaxOperands];
   for (size_t k = 0; k < n; ++k) {
     later[k] = leaves_[k].later;
-    if (leaves_[k].owns_buffer) buffers[k] = TensorImpl::allocate(shape_, leaves_[k].tensor.impl->dtype, "backward");
+    if (leaves_[k].owns_buffer)
+      buffers[k] = TensorImpl::allocate(shape_, leaves_[k].tensor.impl->dtype, "backward", g->device());
   }
   if (numel_of(shape_) > 0) run_kernel(*g, buffers, later);
   // A broadcast leaf's gradient is summed to its shape.

@@ -26,8 +26,35 @@ void with_gradient_type(ScalarType t, F&& f) {
   }
 }
 
+// The same arithmetic on CUDA gradients, which the loops below must never read: typed kernels that
+// cuda/autograd.hpp registers in builds with KILN_WITH_CUDA (<kiln/kiln.hpp> includes it there), so this file
+// stays free of CUDA code. Each entry does what the function of its name below does.
+struct DeviceGradientOps {
+  void (*copy_elements)(const TensorImpl& dst, const TensorImpl& src);
+  ImplPtr (*add_grads)(const ImplPtr& a, const ImplPtr& b);
+  int64_t (*first_non_finite)(const TensorImpl& g);
+  ImplPtr (*scaled_gradient)(const TensorImpl& g, double s);
+  ImplPtr (*sum_to_shape)(const ImplPtr& g, const Shape& target);
+};
+
+inline const DeviceGradientOps*& device_gradient_ops() {
+  static const DeviceGradientOps* ops = nullptr;
+  return ops;
+}
+
+// The registered operations for a gradient on `device`, or an error saying what the build lacks.
+inline const DeviceGradientOps& gradient_ops_on(const Device& device) {
+  const DeviceGradientOps* ops = device_gradient_ops();
+  check<std::logic_error>(ops != nullptr, "backward: a gradient on ", device.str(), " needs kiln's CUDA autograd, which "
+                          "a program built with KILN_WITH_CUDA gets from <kiln/kiln.hpp>");
+  return *ops;
+}
+
 // dst = src elementwise, same dtype; src broadcasts to dst's shape.
 KILN_DECL void copy_elements(const TensorImpl& dst, const TensorImpl& src);
+
+// A zeroed contiguous gradient of `shape` on `device`.
+KILN_DECL ImplPtr zero_gradient(const Shape& shape, ScalarType dtype, Device device);
 
 // A contiguous copy of a gradient.
 KILN_DECL ImplPtr copy_gradient(const TensorImpl& g);
@@ -82,6 +109,7 @@ KILN_DECL ImplPtr sum_to_shape(const ImplPtr& g_in, const Shape& target);
 
 #if KILN_HEADER_DEFINITIONS
 KILN_DECL void copy_elements(const TensorImpl& dst, const TensorImpl& src) {
+  if (dst.device().is_cuda()) return gradient_ops_on(dst.device()).copy_elements(dst, src);
   LoopPlan<2> plan;
   plan.set_shape(dst.shape);
   plan.set_operand(0, &dst, dst.shape);
@@ -99,8 +127,16 @@ KILN_DECL void copy_elements(const TensorImpl& dst, const TensorImpl& src) {
 }
 
 KILN_DECL ImplPtr copy_gradient(const TensorImpl& g) {
-  ImplPtr out = TensorImpl::allocate(g.shape, g.dtype, "backward");
+  ImplPtr out = TensorImpl::allocate(g.shape, g.dtype, "backward", g.device());
   copy_elements(*out, g);
+  return out;
+}
+
+KILN_DECL ImplPtr zero_gradient(const Shape& shape, ScalarType dtype, Device device) {
+  ImplPtr out = TensorImpl::allocate(shape, dtype, "backward", device);
+  const size_t bytes = size_t(out->numel()) * element_size(dtype);
+  if (device.is_cpu()) std::memset(out->data_bytes(), 0, bytes);
+  else if (bytes) kiln::detail::require_cuda("backward").zero(out->device_bytes(), device, bytes);
   return out;
 }
 
@@ -111,6 +147,9 @@ KILN_DECL ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
                     " meet at one tensor");
   check(a->dtype == b->dtype, "backward: gradients of dtypes ", dtype_name(a->dtype), " and ", dtype_name(b->dtype),
         " cannot be added");
+  check(a->device() == b->device(), "backward: gradients on ", a->device().str(), " and ", b->device().str(),
+        " meet at one tensor");
+  if (a->device().is_cuda()) return gradient_ops_on(a->device()).add_grads(a, b);
   ImplPtr sum = a.use_count() == 1 && a->storage.use_count() == 1 && a->is_contiguous() ? a : copy_gradient(*a);
   const ImplPtr other = b->is_contiguous() ? b : copy_gradient(*b);
   with_gradient_type(sum->dtype, [&](auto tag) {
@@ -123,6 +162,7 @@ KILN_DECL ImplPtr add_grads(const ImplPtr& a, const ImplPtr& b) {
 }
 
 KILN_DECL int64_t first_non_finite(const TensorImpl& g) {
+  if (g.device().is_cuda()) return gradient_ops_on(g.device()).first_non_finite(g);
   const ImplPtr dense = g.is_contiguous() ? nullptr : copy_gradient(g);
   const TensorImpl& t = dense ? *dense : g;
   int64_t found = -1;
@@ -136,6 +176,7 @@ KILN_DECL int64_t first_non_finite(const TensorImpl& g) {
 }
 
 KILN_DECL ImplPtr scaled_gradient(const TensorImpl& g, double s) {
+  if (g.device().is_cuda()) return gradient_ops_on(g.device()).scaled_gradient(g, s);
   ImplPtr out = copy_gradient(g);
   with_gradient_type(out->dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -152,6 +193,7 @@ KILN_DECL ImplPtr sum_to_shape(const ImplPtr& g_in, const Shape& target) {
   for (int i = 0; i < target.size(); ++i)
     check<ShapeError>(target[i] == 1 || target[i] == g_in->shape[i + lead], "backward: a gradient of shape ",
                       g_in->shape, " cannot be summed to shape ", target);
+  if (g_in->device().is_cuda()) return gradient_ops_on(g_in->device()).sum_to_shape(g_in, target);
   std::vector<double> acc(size_t(numel_of(target)), 0.0);
   const ImplPtr g = g_in->numel() == 0 || g_in->is_contiguous() ? g_in : copy_gradient(*g_in);
   const std::vector<detail::SumSegment> segs = detail::sum_segments(g->shape, target);

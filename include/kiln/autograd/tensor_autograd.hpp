@@ -65,7 +65,7 @@ void Tensor<T>::backward(const Tensor<T>& gradient, bool retain_graph) const {
   } else {
     check<std::logic_error>(numel() == 1, "backward: grad can be implicitly created only for scalar outputs; ",
                             "this tensor has shape ", shape());
-    g = TensorImpl::allocate(shape(), scalar_type_of<T>(), "backward");
+    g = TensorImpl::allocate(shape(), scalar_type_of<T>(), "backward", device());
     Tensor<T>(g).fill_(1);
   }
   autograd::BackwardOptions options;
@@ -115,7 +115,7 @@ std::vector<Tensor<T>> grad(const std::vector<Tensor<T>>& outputs, const std::ve
     } else {
       check<std::logic_error>(out.numel() == 1, "autograd::grad: grad can be implicitly created only for scalar ",
                               "outputs; output ", i, " has shape ", out.shape());
-      Tensor<T> one(TensorImpl::allocate(out.shape(), scalar_type_of<T>(), "autograd::grad"));
+      Tensor<T> one(TensorImpl::allocate(out.shape(), scalar_type_of<T>(), "autograd::grad", out.device()));
       one.fill_(1);
       root_grads.push_back(one.impl_ptr());
     }

@@ -7,7 +7,6 @@
 // view's broadcast (stride-0) dims and written into a zeroed base-shaped buffer at the view's place. Type-erased:
 // one node class for every dtype.
 #include <algorithm>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -56,7 +55,7 @@ KILN_DECL GradList ViewBackward::apply(GradList&& grads) {
     if (g->strides == view_.strides) return {g->view_as(base_shape_, contiguous_strides(base_shape_), g->offset)};
     // Otherwise (a permute's, a transpose's) one strided copy into a fresh base-shaped gradient: no
     // zeroed buffer, no second copy.
-    const ImplPtr out = TensorImpl::allocate(base_shape_, g->dtype, "backward");
+    const ImplPtr out = TensorImpl::allocate(base_shape_, g->dtype, "backward", g->device());
     copy_elements(*out->view_as(view_.shape, view_.strides, 0), *g);
     return {out};
   }
@@ -66,8 +65,7 @@ KILN_DECL GradList ViewBackward::apply(GradList&& grads) {
     if (view_.strides[i] == 0) summed[i] = 1;
   const ImplPtr src = sum_to_shape(g, summed);
   // A zeroed base-shaped gradient; the view's gradient goes to the view's place.
-  const ImplPtr out = TensorImpl::allocate(base_shape_, g->dtype, "backward");
-  std::memset(out->data_bytes(), 0, size_t(out->numel()) * element_size(g->dtype));
+  const ImplPtr out = zero_gradient(base_shape_, g->dtype, g->device());
   copy_elements(*out->view_as(summed, view_.strides, view_.offset), *src);
   return {out};
 }

@@ -42,6 +42,8 @@ struct CudaHooks {
   void (*free)(int device, void* p);
   // Copies bytes between host memory and device memory (or two devices); synchronous for the host.
   void (*copy)(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+  // Sets bytes of device memory to zero (in the device's order of work).
+  void (*zero)(void* p, Device device, size_t bytes);
 };
 
 inline const CudaHooks*& cuda_hooks() {

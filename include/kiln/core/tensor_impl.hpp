@@ -54,8 +54,10 @@ struct TensorImpl {
                                          "tensor with .cpu() first)"));
   }
 
-  // A fresh contiguous tensor of this shape and dtype (uninitialized).
-  KILN_DECL static std::shared_ptr<TensorImpl> allocate(const Shape& shape, ScalarType dtype, const char* op);
+  // A fresh contiguous tensor of this shape and dtype (uninitialized), in host memory or on a CUDA device (from its
+  // caching allocator, through the CUDA backend's hooks: core/device.hpp).
+  KILN_DECL static std::shared_ptr<TensorImpl> allocate(const Shape& shape, ScalarType dtype, const char* op,
+                                                        Device device = kCPU);
 
   // A new impl sharing this storage with another layout.
   KILN_DECL std::shared_ptr<TensorImpl> view_as(const Shape& new_shape, const Strides& new_strides,
@@ -63,13 +65,22 @@ struct TensorImpl {
 };
 
 #if KILN_HEADER_DEFINITIONS
-KILN_DECL std::shared_ptr<TensorImpl> TensorImpl::allocate(const Shape& shape, ScalarType dtype, const char* op) {
+KILN_DECL std::shared_ptr<TensorImpl> TensorImpl::allocate(const Shape& shape, ScalarType dtype, const char* op,
+                                                           Device device) {
   const int64_t n = checked_numel(shape, op);
   const size_t esize = element_size(dtype);
   if (n > int64_t(std::numeric_limits<int64_t>::max() / int64_t(esize)))
     throw OutOfMemoryError(detail::cat(op, ": shape ", shape, " needs more bytes than int64 holds"));
+  const size_t bytes = size_t(n) * esize;
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(n) * esize);
+  if (device.is_cpu()) {
+    impl->storage = std::make_shared<Storage>(bytes);
+  } else {
+    const detail::CudaHooks& cuda = detail::require_cuda(op);
+    const int index = device.index();
+    void* p = bytes ? cuda.allocate(index, bytes) : nullptr;
+    impl->storage = std::make_shared<Storage>(p, bytes, [free = cuda.free, index](void* q) { if (q) free(index, q); }, device);
+  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -223,12 +223,14 @@ TapeVars emit(const Map<Op, A...>& m, Emitter& em) {
 template <class E>
 inline constexpr int leaves_of = tree_traits<E>::leaves;
 
-// The reverse sweep. `out_slot[i]` is the output that leaf i's gradient goes to (-1: none).
+// The reverse sweep. `out_slot[i]` is the output that leaf i's gradient goes to (-1: none). An output the host
+// passes as null is not stored (a leaf that needs no gradient in this call: the same branch for every thread).
 template <int I, class T>
 void emit_backward(const Leaf<T>&, const TapeVars&, const std::string& adjoint, const std::vector<int>& out_slot,
                    Emitter& em) {
   if (out_slot[I] >= 0)
-    em.line(store_element<T>(cat("d.out[", out_slot[I], "]"), em.out_offset(out_slot[I]), adjoint));
+    em.line(cat("if (d.out[", out_slot[I], "]) ",
+                store_element<T>(cat("d.out[", out_slot[I], "]"), em.out_offset(out_slot[I]), adjoint)));
 }
 template <int I, class T>
 void emit_backward(const Scalar<T>&, const TapeVars&, const std::string&, const std::vector<int>&, Emitter&) {}
@@ -371,7 +373,8 @@ std::vector<int> gradient_outputs() {
 }
 
 // The backward kernel of e: given the incoming gradient (the last input), each leaf's gradient in e's shape
-// (out[gradient_outputs<E>()[leaf]], in the leaf's dtype; broadcast leaves are reduced by the caller).
+// (out[gradient_outputs<E>()[leaf]], in the leaf's dtype, skipped where the output is null; broadcast leaves are
+// reduced by the caller).
 template <Expression E>
 KernelSource backward_kernel(const E& e, const KernelVariant& v, std::string entry = "kiln_backward") {
   detail::Emitter em;

@@ -42,15 +42,7 @@ std::optional<Device> leaves_device(const E& expr) {
 // A new contiguous CUDA tensor of `shape` from the device's caching allocator.
 template <Dtype T>
 std::shared_ptr<TensorImpl> cuda_empty(const Shape& shape, Device device) {
-  cuda::DeviceContext& context = cuda::DeviceContext::get(device.index());
-  const size_t bytes = size_t(numel_of(shape)) * sizeof(T);
-  void* memory = bytes ? context.allocator().allocate(bytes) : nullptr;
-  auto out = std::make_shared<TensorImpl>();
-  out->storage = std::make_shared<Storage>(memory, bytes, [&context](void* p) { if (p) context.allocator().free(p); }, device);
-  out->shape = shape;
-  out->strides = contiguous_strides(shape);
-  out->dtype = scalar_type_of<T>();
-  return out;
+  return TensorImpl::allocate(shape, scalar_type_of<T>(), "cuda", device);
 }
 
 // The kernel that make() generates for this call site's expression type and `key` (its loop variant), made once:
@@ -131,9 +123,6 @@ void cuda_assign_all(const std::array<std::shared_ptr<TensorImpl>, K>& dst, cons
 // CUDA tensor of rd's shape.
 template <cuda::Reduce R, Dtype Out, class E>
 Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const char* op, Device device) {
-  if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0)
-    check<std::logic_error>(!autograd::needs_graph(e), op, ": CUDA tensors that require grad: autograd does not run on "
-                                                          "CUDA yet");
   check_versions(e);
   auto out = cuda_empty<Out>(rd.out, device);
   if (out->numel() == 0) return Tensor<Out>(out);
@@ -153,8 +142,6 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
 // softmax or log_softmax of a CUDA tensor along dim, as the CPU's (a row whose max is not finite gives NaN).
 template <bool kLog, Dtype T>
 Tensor<T> cuda_softmax(const Tensor<T>& in, int dim, const char* op) {
-  check<std::logic_error>(!(GradMode::is_enabled() && in.requires_grad()), op,
-                          ": a CUDA tensor that requires grad: autograd does not run on CUDA yet");
   auto out = cuda_empty<T>(in.shape(), in.device());
   if (out->numel() == 0) return Tensor<T>(out);
   const Leaf<T> e(in.impl_ptr());

@@ -25,7 +25,10 @@ inline void copy_tensor_memory(void* dst, Device dst_device, const void* src, De
   }
 }
 
-inline constexpr kiln::detail::CudaHooks kTensorHooks = {allocate_tensor_memory, free_tensor_memory, copy_tensor_memory};
+inline void zero_tensor_memory(void* p, Device device, size_t bytes) { DeviceContext::get(device.index()).fill_zero(p, bytes); }
+
+inline constexpr kiln::detail::CudaHooks kTensorHooks = {allocate_tensor_memory, free_tensor_memory, copy_tensor_memory,
+                                                         zero_tensor_memory};
 inline const bool tensor_hooks_registered = (kiln::detail::cuda_hooks() = &kTensorHooks, true);
 
 }  // namespace kiln::cuda::detail

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/tensor/any_tensor.hpp"
+#include "kiln/tensor/device_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::nn {
@@ -40,6 +41,11 @@ class Module {
   bool is_training() const { return training_; }
 
   KILN_DECL void zero_grad(bool set_to_none = true);
+
+  // Moves every parameter and buffer (and their gradients) to `device` in place, as libtorch's module->to(device):
+  // the tensors keep their identity, so a layer's `weight` member and any other handle see the moved values.
+  // Make the optimizer after the move, as in PyTorch: its state is made on the parameters' device.
+  KILN_DECL void to(Device device);
 
   // Parameters and buffers by their dotted names (copies share storage with the module).
   KILN_DECL std::map<std::string, Tensor<float>> state_dict() const;
@@ -138,6 +144,24 @@ KILN_DECL void Module::train(bool on) {
 
 KILN_DECL void Module::zero_grad(bool set_to_none) {
   for (Tensor<float>& p : parameters()) p.zero_grad(set_to_none);
+}
+
+KILN_DECL void Module::to(Device device) {
+  NoGradGuard no_grad;
+  // Each tensor's impl takes the moved copy's memory and layout (its shape is the same).
+  const auto move = [&](const Tensor<float>& t) {
+    if (t.device() == device) return;
+    TensorImpl& impl = t.impl();
+    const Tensor<float> moved = t.detach().to(device);
+    impl.storage = moved.impl().storage;
+    impl.strides = moved.impl().strides;
+    impl.offset = moved.impl().offset;
+  };
+  for (const auto& [name, t] : named_parameters()) {
+    move(t);
+    if (t.impl().autograd && t.impl().autograd->grad) move(Tensor<float>(t.impl().autograd->grad));
+  }
+  for (const auto& [name, t] : named_buffers()) move(t);
 }
 
 KILN_DECL std::map<std::string, Tensor<float>> Module::state_dict() const {

@@ -156,8 +156,8 @@ class Optimizer {
 
   virtual void update(Tensor<T>& param, const Tensor<T>& grad, const Options& options) = 0;
 
-  // A zero-filled state tensor shaped like the parameter.
-  static Tensor<T> zeros_like(const Tensor<T>& p) { return kiln::zeros<T>(p.shape()); }
+  // A zero-filled state tensor shaped like the parameter, on its device.
+  static Tensor<T> zeros_like(const Tensor<T>& p) { return kiln::zeros_like(p); }
 
   Options defaults_;
   std::vector<ParamGroup> groups_;

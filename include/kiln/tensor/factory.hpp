@@ -9,30 +9,32 @@
 
 namespace kiln {
 
+// On the host by default, or on `device` (kCUDA: libtorch's torch::zeros(shape, torch::kCUDA)).
 template <Dtype T = float>
-Tensor<T> empty(const Shape& shape) {
-  return Tensor<T>(TensorImpl::allocate(shape, scalar_type_of<T>(), "empty"));
+Tensor<T> empty(const Shape& shape, Device device = kCPU) {
+  return Tensor<T>(TensorImpl::allocate(shape, scalar_type_of<T>(), "empty", device));
 }
 
 template <Dtype T = float>
-Tensor<T> full(const Shape& shape, T value) {
-  Tensor<T> t = empty<T>(shape);
+Tensor<T> full(const Shape& shape, T value, Device device = kCPU) {
+  Tensor<T> t = empty<T>(shape, device);
   t.fill_(value);
   return t;
 }
 template <Dtype T = float>
-Tensor<T> zeros(const Shape& shape) { return full<T>(shape, T(0)); }
+Tensor<T> zeros(const Shape& shape, Device device = kCPU) { return full<T>(shape, T(0), device); }
 template <Dtype T = float>
-Tensor<T> ones(const Shape& shape) { return full<T>(shape, T(1)); }
+Tensor<T> ones(const Shape& shape, Device device = kCPU) { return full<T>(shape, T(1), device); }
 
+// Shaped like t, on t's device.
 template <Dtype T>
-Tensor<T> empty_like(const Tensor<T>& t) { return empty<T>(t.shape()); }
+Tensor<T> empty_like(const Tensor<T>& t) { return empty<T>(t.shape(), t.device()); }
 template <Dtype T>
-Tensor<T> zeros_like(const Tensor<T>& t) { return zeros<T>(t.shape()); }
+Tensor<T> zeros_like(const Tensor<T>& t) { return zeros<T>(t.shape(), t.device()); }
 template <Dtype T>
-Tensor<T> ones_like(const Tensor<T>& t) { return ones<T>(t.shape()); }
+Tensor<T> ones_like(const Tensor<T>& t) { return ones<T>(t.shape(), t.device()); }
 template <Dtype T>
-Tensor<T> full_like(const Tensor<T>& t, T value) { return full<T>(t.shape(), value); }
+Tensor<T> full_like(const Tensor<T>& t, T value) { return full<T>(t.shape(), value, t.device()); }
 
 // A 1-D tensor holding a copy of the values.
 template <Dtype T>

@@ -204,20 +204,23 @@ template <class E>
 std::optional<Device> leaves_device(const E& expr);
 template <cuda::Reduce R, Dtype Out, class E>
 Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const char* op, Device device);
-// In a reduction's implementation: returns the reduction of e on its device when e's leaves are CUDA tensors.
-#define KILN_REDUCE_ON_CUDA(R, Out, op)                                             \
-  if (const std::optional<Device> d = leaves_device(e); d && d->is_cuda()) \
-    return cuda_reduce<cuda::Reduce::R, Out>(e, in, rd, op, *d);
+// In a reduction's implementation: returns the reduction of x (e or a materialized node of it) on its device when
+// x's leaves are CUDA tensors.
+#define KILN_REDUCE_ON_CUDA(R, Out, op, x)                                    \
+  if (const std::optional<Device> d = leaves_device(x); d && d->is_cuda()) \
+    return cuda_reduce<cuda::Reduce::R, Out>(x, in, rd, op, *d);
 #else
-#define KILN_REDUCE_ON_CUDA(R, Out, op)
+#define KILN_REDUCE_ON_CUDA(R, Out, op, x)
 #endif
 
 template <class E>
 auto sum_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
   using Out = sum_result_t<T>;
-  KILN_REDUCE_ON_CUDA(Sum, Out, "sum")
-  auto out = run_reduce<Out>(red::SumReducer<compute_t<T>, Out>{}, e, in, rd, "sum");
+  const Tensor<Out> out = [&] {
+    KILN_REDUCE_ON_CUDA(Sum, Out, "sum", e)
+    return run_reduce<Out>(red::SumReducer<compute_t<T>, Out>{}, e, in, rd, "sum");
+  }();
   record_sum(e, out, in, rd, false);
   return out;
 }
@@ -225,8 +228,10 @@ template <class E>
 auto mean_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
   require_floating<T>();
-  KILN_REDUCE_ON_CUDA(Mean, T, "mean")
-  auto out = run_reduce<T>(red::SumReducer<compute_t<T>, T, red::Ident, red::SumFinish::Mean>{}, e, in, rd, "mean");
+  const Tensor<T> out = [&] {
+    KILN_REDUCE_ON_CUDA(Mean, T, "mean", e)
+    return run_reduce<T>(red::SumReducer<compute_t<T>, T, red::Ident, red::SumFinish::Mean>{}, e, in, rd, "mean");
+  }();
   record_sum(e, out, in, rd, true);
   return out;
 }
@@ -252,15 +257,17 @@ template <bool kMax, class E>
 auto extreme_impl(const E& e, const Shape& in, const Reduction& rd, const char* op) {
   using T = typename E::value_type;
   check_nonempty(in, rd, op);
-  if constexpr (kMax) {
-    KILN_REDUCE_ON_CUDA(Max, T, op)
-  } else {
-    KILN_REDUCE_ON_CUDA(Min, T, op)
-  }
   const Dims dims = reduced_dims(in, rd);
   return differentiable_reduction(
       e, in, rd, kMax ? "AmaxBackward" : "AminBackward",
-      [&](const auto& node) { return run_reduce<T>(red::ExtremeReducer<compute_t<T>, T, kMax>{}, node, in, rd, op); },
+      [&](const auto& node) {
+        if constexpr (kMax) {
+          KILN_REDUCE_ON_CUDA(Max, T, op, node)
+        } else {
+          KILN_REDUCE_ON_CUDA(Min, T, op, node)
+        }
+        return run_reduce<T>(red::ExtremeReducer<compute_t<T>, T, kMax>{}, node, in, rd, op);
+      },
       [dims](const auto& g, const auto& x, const auto& out) { return split_among_extremes(g, x, out, dims); });
 }
 template <class E>
@@ -287,9 +294,9 @@ Tensor<int64_t> arg_impl(const E& e, const Shape& in, const Reduction& rd, const
                                  " dims of a CUDA tensor of shape ", in, " (one dim only on CUDA yet; flatten() it first)");
 #endif
   if constexpr (kMax) {
-    KILN_REDUCE_ON_CUDA(ArgMax, int64_t, op)
+    KILN_REDUCE_ON_CUDA(ArgMax, int64_t, op, e)
   } else {
-    KILN_REDUCE_ON_CUDA(ArgMin, int64_t, op)
+    KILN_REDUCE_ON_CUDA(ArgMin, int64_t, op, e)
   }
   return run_reduce<int64_t>(red::ArgReducer<compute_t<T>, T, kMax>{}, e, in, rd, op, /*keep_order=*/true);
 }

@@ -260,12 +260,15 @@ auto softmax_impl(const X& x, I dim, const char* op) {
   } else {
     const Tensor<T> in = contiguous_of(x);
     const int d = wrap_dim(int64_t(dim), in.dim(), op);
+    const Tensor<T> out = [&] {
 #ifdef KILN_WITH_CUDA
-    if (in.is_cuda()) return cuda_softmax<kLog>(in, d, op);
+      if (in.is_cuda()) return cuda_softmax<kLog>(in, d, op);
 #endif
-    const auto [outer, n, inner] = split_at(in.shape(), d);
-    Tensor<T> out(TensorImpl::allocate(in.shape(), scalar_type_of<T>(), op));
-    cpu::softmax<kLog>(in.data_ptr(), out.data_ptr(), outer, n, inner);
+      const auto [outer, n, inner] = split_at(in.shape(), d);
+      Tensor<T> y(TensorImpl::allocate(in.shape(), scalar_type_of<T>(), op));
+      cpu::softmax<kLog>(in.data_ptr(), y.data_ptr(), outer, n, inner);
+      return y;
+    }();
     if (GradMode::is_enabled() && autograd::requires_grad(in.impl()))
       autograd::meta_of(out.impl_ptr()).grad_fn =
           std::make_shared<autograd::SoftmaxBackward<kLog, T>>(in.impl_ptr(), out.impl_ptr(), d);

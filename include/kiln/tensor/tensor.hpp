@@ -106,15 +106,22 @@ class Tensor {
   T* data_ptr() const { return reinterpret_cast<T*>(checked()->data_bytes()); }
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
 
-  // The value of a one-element tensor.
+  // The value of a one-element tensor (copied to the host, after the device's work, for a CUDA tensor).
   T item() const {
     check(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar");
-    return *data_ptr();
+    if (!is_cuda()) return *data_ptr();
+    T value;
+    detail::require_cuda("item").copy(&value, kCPU, impl_->device_bytes(), device(), sizeof(T));
+    return value;
   }
-  // The elements in row-major order.
+  // The elements in row-major order (copied to the host for a CUDA tensor).
   std::vector<T> to_vector() const {
     const Tensor c = contiguous();
-    return std::vector<T>(c.data_ptr(), c.data_ptr() + c.numel());
+    if (!is_cuda()) return std::vector<T>(c.data_ptr(), c.data_ptr() + c.numel());
+    const auto host = std::make_unique<T[]>(size_t(c.numel()));  // (not the vector: std::vector<bool> has no data())
+    if (c.numel() > 0)
+      detail::require_cuda("to_vector").copy(host.get(), kCPU, c.impl_->device_bytes(), device(), size_t(c.numel()) * sizeof(T));
+    return std::vector<T>(host.get(), host.get() + c.numel());
   }
 
   // ---- in place --------------------------------------------------------------------------------
@@ -266,10 +273,6 @@ template <class E>
 std::shared_ptr<TensorImpl> evaluate_recorded(const E& expr) {
   auto out = evaluate_new(expr);
   if constexpr (is_floating_v<typename E::value_type> && leaf_count_v<E> > 0) {
-#ifdef KILN_WITH_CUDA
-    check<std::logic_error>(!(out->device().is_cuda() && autograd::needs_graph(expr)),
-                            "kiln: an expression of CUDA tensors that require grad: autograd does not run on CUDA yet");
-#endif
     if (autograd::needs_graph(expr)) autograd::record_fused<E, true>(expr, out, out->shape, out->shape, "FusedBackward", 1.0);
   }
   return out;

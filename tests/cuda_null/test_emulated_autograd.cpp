@@ -1,0 +1,130 @@
+// Autograd on CUDA tensors (cuda/autograd.hpp): the same computation run on the CPU and on the device, forward
+// values and every gradient compared. In CI on the emulated device (tests/meson.build), on a GPU by tests/gpu/run.sh.
+#include <doctest/doctest.h>
+
+#include <functional>
+
+#include "kiln/cuda.hpp"
+#include "kiln/kiln.hpp"
+#include "kiln/nn.hpp"
+#include "kiln/optim.hpp"
+
+#include "compare.hpp"
+
+namespace test_cuda_emulated_autograd {
+
+using namespace kiln;
+using kiln::test::expect_close;
+
+namespace {
+
+auto no_device() { return doctest::skip(!cuda::is_available()); }
+
+const Device kCuda0(kCUDA, 0);
+
+// Inputs made on the host, moved to `device`, marked as requiring grad where asked.
+struct Inputs {
+  std::vector<Tensor<float>> tensors;
+  Inputs(const std::vector<Tensor<float>>& host, const std::vector<bool>& requires_grad, Device device) {
+    for (size_t i = 0; i < host.size(); ++i) {
+      Tensor<float> t = host[i].clone().to(device);  // (a tensor of its own on the CPU too)
+      if (requires_grad[i]) t.requires_grad_();
+      tensors.push_back(t);
+    }
+  }
+};
+
+// f(inputs) -> a scalar loss, run on the CPU and on cuda:0: the losses and the gradients of the inputs that require
+// grad agree (tol relative), and the device's gradients are on the device.
+void expect_same_gradients(const std::vector<Tensor<float>>& host, const std::vector<bool>& requires_grad,
+                           const std::function<Tensor<float>(const std::vector<Tensor<float>>&)>& f, double tol,
+                           const std::string& what) {
+  Inputs cpu(host, requires_grad, kCPU), gpu(host, requires_grad, kCuda0);
+  const Tensor<float> loss_cpu = f(cpu.tensors), loss_gpu = f(gpu.tensors);
+  REQUIRE(loss_gpu.is_cuda());
+  expect_close(loss_gpu.cpu().detach(), loss_cpu.detach(), tol, what + ": the loss");
+  loss_cpu.backward();
+  loss_gpu.backward();
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (!requires_grad[i]) {
+      CHECK_FALSE(gpu.tensors[i].grad().defined());
+      continue;
+    }
+    REQUIRE(gpu.tensors[i].grad().defined());
+    CHECK(gpu.tensors[i].grad().is_cuda());
+    expect_close(gpu.tensors[i].grad().cpu(), cpu.tensors[i].grad(), tol, detail::cat(what, ": the gradient of input ", i));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a fused expression's backward runs as one kernel on the device, broadcast leaves summed there" * no_device()) {
+  Generator g(11);
+  const Tensor<float> x = randn<float>({6, 37}, &g), w = randn<float>({37}, &g), b = randn<float>({6, 1}, &g);
+  expect_same_gradients({x, w, b}, {true, true, true}, [](const auto& t) {
+    return sum(Tensor<float>(t[0] * t[1] + sin(t[2]) * exp(t[0] * 0.25f)));
+  }, 1e-5, "x * w + sin(b) * exp(x / 4)");
+  // The sum's own fused backward (the incoming gradient broadcast over the reduced dims), a leaf without grad (its
+  // output is skipped), one tensor as several leaves.
+  expect_same_gradients({x, w}, {true, false}, [](const auto& t) { return sum(t[0] * t[0] * t[1] + t[0]); }, 1e-5,
+                        "sum(x * x * w + x)");
+  // Two backward passes accumulate into .grad, on the device.
+  Tensor<float> d = x.cuda().requires_grad_();
+  sum(d * 2.0f).backward();
+  sum(d * d).backward();
+  expect_close(d.grad().cpu(), Tensor<float>(2.0f + x * 2.0f), 1e-6, "accumulated");
+}
+
+TEST_CASE("reductions, softmax and views: their backward formulas run on the device" * no_device()) {
+  Generator g(12);
+  const Tensor<float> x = randn<float>({4, 5, 9}, &g), y = randn<float>({4, 5, 9}, &g);
+  expect_same_gradients({x, y}, {true, true}, [](const auto& t) {
+    return Tensor<float>(sum(mean(t[0] * t[1], Dims{0, 2}) * 3.0f) + sum(amax(t[0], Dims{1})) - sum(amin(t[1], Dims{2})));
+  }, 1e-5, "mean, amax, amin");
+  expect_same_gradients({x, y}, {true, true}, [](const auto& t) {
+    return Tensor<float>(sum(softmax(t[0], 2) * t[1]) + sum(log_softmax(t[1], 1) * t[0]));
+  }, 1e-5, "softmax, log_softmax");
+  expect_same_gradients({x}, {true}, [](const auto& t) {
+    const Tensor<float> v = t[0].transpose(0, 2).slice(1, 1, 4);  // a strided copy back, a zeroed base
+    return Tensor<float>(sum(v * v.flatten().reshape(v.shape())) + sum(t[0].unsqueeze(0).expand({3, 4, 5, 9}) * 2.0f));
+  }, 1e-5, "views");
+}
+
+TEST_CASE("factories on a device, item and to_vector copy back" * no_device()) {
+  const Tensor<float> z = zeros<float>({3, 2}, kCuda0), o = ones_like(z), f = full_like(z, 2.5f);
+  CHECK(z.is_cuda());
+  CHECK(o.is_cuda());
+  CHECK(empty_like(o).device() == kCuda0);
+  CHECK(f.to_vector() == std::vector<float>(6, 2.5f));
+  CHECK(sum(o).item() == 6.0f);
+  CHECK(zeros<float>({0}, kCuda0).to_vector().empty());
+}
+
+TEST_CASE("Module::to moves parameters in place, and Adam steps on the device as on the CPU" * no_device()) {
+  nn::LayerNorm norm(Shape{7});
+  const Tensor<float> weight = norm->weight;  // another handle: sees the move
+  norm->to(kCuda0);
+  for (const Tensor<float>& p : norm->parameters()) CHECK(p.is_cuda());
+  CHECK(weight.is_cuda());
+  CHECK(weight.requires_grad());
+  norm->to(kCPU);
+  CHECK_FALSE(weight.is_cuda());
+
+  // Adam on a parameter of the device, against the same steps on the CPU.
+  Generator g(13);
+  const Tensor<float> start = randn<float>({33}, &g), target = randn<float>({33}, &g);
+  const auto train = [&](Device device) {
+    Tensor<float> p = start.clone().to(device).requires_grad_();
+    const Tensor<float> t = target.to(device);
+    optim::Adam adam(std::vector<Tensor<float>>{p}, optim::AdamOptions(0.05).weight_decay(0.01));
+    for (int step = 0; step < 5; ++step) {
+      adam.zero_grad();
+      sum((p - t) * (p - t) * 0.5f).backward();
+      adam.step();
+    }
+    return p.detach().cpu();
+  };
+  expect_close(train(kCuda0), train(kCPU), 1e-5, "Adam's parameters after 5 steps");
+}
+
+}  // namespace test_cuda_emulated_autograd
