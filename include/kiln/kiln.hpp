@@ -21,4 +21,5 @@
 #include "kiln/cuda.hpp"
 #include "kiln/cuda/autograd.hpp"
 #include "kiln/cuda/evaluate.hpp"
+#include "kiln/cuda/indexing.hpp"
 #endif

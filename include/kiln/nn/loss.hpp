@@ -203,16 +203,21 @@ Tensor<T> nll_loss(const Tensor<T>& input, const Tensor<int64_t>& target, Option
   const Tensor<bool> counted = target != ignore_index;
   // Ignored targets read class 0 (in range) and are masked out.
   const Tensor<int64_t> safe = where(counted, target, int64_t(0));
-  const int64_t* t = safe.contiguous().data_ptr();
-  for (int64_t i = 0; i < safe.numel(); ++i)
-    if (t[i] < 0 || t[i] >= classes)
-      throw std::out_of_range(kiln::detail::cat("nll_loss: target ", t[i], " is out of range for ", classes, " classes"));
-  const Tensor<T> picked = gather(input, class_dim, safe.unsqueeze(class_dim)).squeeze(class_dim);
+  // CPU code never reads device memory: CUDA targets are range-checked by the gather's kernel, whose error names
+  // nll_loss, the target and the class count (nll_loss: index 7 is out of range for dim 1 of size 5).
+  if (!safe.is_cuda()) {
+    const int64_t* t = safe.contiguous().data_ptr();
+    for (int64_t i = 0; i < safe.numel(); ++i)
+      if (t[i] < 0 || t[i] >= classes)
+        throw std::out_of_range(kiln::detail::cat("nll_loss: target ", t[i], " is out of range for ", classes, " classes"));
+  }
+  const Tensor<T> picked =
+      kiln::detail::gather_as(input, class_dim, safe.unsqueeze(class_dim), "nll_loss", "GatherBackward").squeeze(class_dim);
   Tensor<T> w = counted.to<T>();
   if (weight) {
     check<ShapeError>(weight->shape() == Shape{classes}, "nll_loss: weight of shape ", weight->shape(), " for ",
                       classes, " classes");
-    w = Tensor<T>(w * index_select(*weight, 0, safe.reshape({-1})).reshape(safe.shape()));
+    w = Tensor<T>(w * kiln::detail::index_select_as(*weight, 0, safe.reshape({-1}), "nll_loss").reshape(safe.shape()));
   }
   const Tensor<T> loss = -picked * w;
   if (reduction == Reduction::Mean) return detail::divide_by_count(Tensor<T>(sum(loss)), Tensor<T>(sum(w)));

@@ -3,6 +3,10 @@
 // differentiable: index_select and gather send their gradient back with scatter_add (repeated indices
 // accumulate), scatter_add passes its gradient to self and gathers it for src, and masked_fill is an
 // elementwise expression (where), so it fuses and differentiates like one.
+//
+// CUDA tensors (in programs built with KILN_WITH_CUDA) are gathered and scattered on their device by
+// cuda/indexing.hpp, after the same checks; the backward nodes' buffers live on the gradient's device. Operands on
+// two devices are refused.
 #include <stdexcept>
 
 #include "kiln/tensor/factory.hpp"
@@ -11,6 +15,15 @@
 namespace kiln {
 
 namespace detail {
+
+#ifdef KILN_WITH_CUDA
+// (cuda/indexing.hpp, which <kiln/kiln.hpp> includes in such builds)
+template <Dtype T>
+Tensor<T> cuda_gather(const Tensor<T>& self, int dim, const Tensor<int64_t>& index, const char* op);
+template <Dtype T>
+void cuda_scatter_add_into(const Tensor<T>& out, int dim, const Tensor<int64_t>& index, const Tensor<T>& src,
+                           const char* op);
+#endif
 
 // Walks every element of a tensor of shape `shape` (row-major) and calls f(i, j, coord): i is the
 // element's flat index and coord its coordinates, j the flat index in a contiguous tensor of shape
@@ -46,6 +59,14 @@ inline void check_index_shape(const char* op, const Shape& index, const Shape& b
                       " of shape ", bound, " along dim ", d);
 }
 
+// Two operands of `op` on one device: nothing here moves memory between devices.
+inline void check_same_device(const char* op, const char* a_name, const TensorImpl& a, const char* b_name,
+                              const TensorImpl& b) {
+  check<std::invalid_argument>(a.device() == b.device(), op, ": ", a_name, " of shape ", a.shape, " is on ",
+                               a.device().str(), " but ", b_name, " of shape ", b.shape, " is on ", b.device().str(),
+                               "; move them to one device first (.to(device))");
+}
+
 // A 0-dim tensor as one of shape [1]: torch's gather, index_select and scatter_add treat it so.
 template <Dtype T>
 Tensor<T> at_least_1d(const Tensor<T>& t) {
@@ -54,6 +75,9 @@ Tensor<T> at_least_1d(const Tensor<T>& t) {
 
 template <Dtype T>
 void scatter_add_into(Tensor<T>& out, int dim, const Tensor<int64_t>& index, const Tensor<T>& src, const char* op) {
+#ifdef KILN_WITH_CUDA
+  if (out.is_cuda()) return cuda_scatter_add_into(out, dim, index, src, op);
+#endif
   const Tensor<int64_t> idx = index.contiguous();
   const Tensor<T> s = src.contiguous();
   const int64_t* ip = idx.data_ptr();
@@ -68,6 +92,23 @@ void scatter_add_into(Tensor<T>& out, int dim, const Tensor<int64_t>& index, con
                     for (int d = 0; d < rank; ++d) at += coord[d] * sst[d];
                     op_[j] = T(compute_t<T>(op_[j]) + compute_t<T>(sp[at]));
                   });
+}
+
+// A new tensor of index's shape: self gathered along dim (shapes and devices checked), on self's device.
+template <Dtype T>
+Tensor<T> gather_values(const Tensor<T>& self, int dim, const Tensor<int64_t>& index, const char* op) {
+#ifdef KILN_WITH_CUDA
+  if (self.is_cuda()) return cuda_gather(self, dim, index, op);
+#endif
+  const Tensor<int64_t> idx = index.contiguous();
+  const Tensor<T> s = self.contiguous();
+  Tensor<T> out(TensorImpl::allocate(idx.shape(), scalar_type_of<T>(), op));
+  const int64_t* ip = idx.data_ptr();
+  const T* sp = s.data_ptr();
+  T* o = out.data_ptr();
+  for_each_mapped(idx.shape(), s.shape(), dim, op, [&](int64_t i, int64_t) { return ip[i]; },
+                  [&](int64_t i, int64_t j, const int64_t*) { o[i] = sp[j]; });
+  return out;
 }
 
 }  // namespace detail
@@ -92,7 +133,7 @@ struct GatherBackward : Node {
   GradList apply(GradList&& grads) override {
     if (!grads.at(0)) return {nullptr};
     NoGradGuard no_grad;
-    Tensor<T> out = zeros<T>(self_shape_);
+    Tensor<T> out = zeros<T>(self_shape_, grads[0]->device());
     kiln::detail::scatter_add_into(out, dim_, Tensor<int64_t>(index_.unpack(*this)), Tensor<T>(grads[0]), kind_);
     return {out.impl_ptr()};
   }
@@ -120,7 +161,7 @@ struct ScatterAddBackward : Node {
     GradList out{grads[0], nullptr};
     if (next_edges[1].valid()) {
       // src may be larger than index: its other elements get no gradient.
-      Tensor<T> gs = zeros<T>(src_shape_);
+      Tensor<T> gs = zeros<T>(src_shape_, g.device());
       const Tensor<int64_t> index(index_.unpack(*this));
       Tensor<T> part = gather(g, dim_, index);
       Tensor<T> view = gs;
@@ -143,15 +184,10 @@ namespace detail {
 template <Dtype T>
 Tensor<T> gather_as(const Tensor<T>& self_, int d, const Tensor<int64_t>& index, const char* op, const char* kind) {
   const Tensor<T> self = at_least_1d(self_);
-  const Tensor<int64_t> idx = at_least_1d(index).contiguous();
+  const Tensor<int64_t> idx = at_least_1d(index);
   check_index_shape(op, idx.shape(), self.shape(), d, "self");
-  const Tensor<T> s = self.contiguous();
-  Tensor<T> out(TensorImpl::allocate(idx.shape(), scalar_type_of<T>(), op));
-  const int64_t* ip = idx.data_ptr();
-  const T* sp = s.data_ptr();
-  T* o = out.data_ptr();
-  for_each_mapped(idx.shape(), s.shape(), d, op, [&](int64_t i, int64_t) { return ip[i]; },
-                  [&](int64_t i, int64_t j, const int64_t*) { o[i] = sp[j]; });
+  check_same_device(op, "self", self.impl(), "index", idx.impl());
+  Tensor<T> out = gather_values(self, d, idx, op);
   if constexpr (is_floating_v<T>) {
     if (GradMode::is_enabled() && self.requires_grad())
       autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd::GatherBackward<T>>(self.impl_ptr(), d, idx, kind);
@@ -164,6 +200,7 @@ template <Dtype T>
 Tensor<T> index_select_as(const Tensor<T>& self, int64_t dim, const Tensor<int64_t>& index, const char* op) {
   const int d = wrap_dim(dim, self.dim(), op);
   check<ShapeError>(index.dim() <= 1, op, ": index must be 1-d, got shape ", index.shape());
+  check_same_device(op, "self", self.impl(), "index", index.impl());  // before the index is expanded
   check<ShapeError>(self.dim() > 0 || index.numel() == 1, op,
                     ": an index into a 0-dim tensor must have one value, got ", index.numel());
   // As a gather with the index broadcast over the other dims.
@@ -193,6 +230,8 @@ Tensor<T> scatter_add(const Tensor<T>& self_, int64_t dim, const Tensor<int64_t>
   const Tensor<int64_t> index = detail::at_least_1d(index_);
   detail::check_index_shape("scatter_add", index.shape(), src.shape(), -1, "src");
   detail::check_index_shape("scatter_add", index.shape(), self.shape(), d, "self");
+  detail::check_same_device("scatter_add", "self", self.impl(), "index", index.impl());
+  detail::check_same_device("scatter_add", "self", self.impl(), "src", src.impl());
   Tensor<T> out;
   {
     NoGradGuard no_grad;
