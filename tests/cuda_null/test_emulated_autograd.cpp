@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <functional>
+#include <map>
 
 #include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
@@ -125,6 +126,68 @@ TEST_CASE("Module::to moves parameters in place, and Adam steps on the device as
     return p.detach().cpu();
   };
   expect_close(train(kCuda0), train(kCPU), 1e-5, "Adam's parameters after 5 steps");
+}
+
+TEST_CASE("conv2d on the device: im2col and col2im kernels around a cuBLAS product, every gradient" * no_device()) {
+  Generator g(15);
+  struct Case {
+    Shape x, w;
+    std::array<int64_t, 2> stride, padding, dilation;
+    int64_t groups;
+  };
+  // (The last one takes Winograd on the CPU, im2col on the device.)
+  for (const Case& c : {Case{{2, 3, 9, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                        Case{{2, 4, 11, 10}, {6, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 2},
+                        Case{{1, 2, 5, 5}, {3, 2, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1},
+                        Case{{2, 8, 7, 7}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}}) {
+    const Tensor<float> x = randn<float>(c.x, &g), w = randn<float>(c.w, &g), b = randn<float>({c.w[0]}, &g);
+    expect_same_gradients({x, w, b}, {true, true, true}, [&](const auto& t) {
+      const Tensor<float> y = nn::functional::conv2d(t[0], t[1], t[2], c.stride, c.padding, c.dilation, c.groups);
+      return sum(y * y);
+    }, 1e-4, detail::cat("conv2d of ", c.x, " by ", c.w));
+  }
+}
+
+TEST_CASE("an MLP trains on the device as on the CPU: Linear, ReLU, Dropout in eval, cross_entropy, Adam" * no_device()) {
+  Generator g(14);
+  const Tensor<float> x = randn<float>({64, 20}, &g);
+  const Tensor<int64_t> labels = argmax(x.slice(1, 0, 5), 1);
+  const auto make = [] {
+    return nn::Sequential(nn::Linear(20, 32), nn::ReLU(), nn::Dropout(0.5), nn::Linear(32, 5));
+  };
+  nn::Sequential host = make(), device = make();
+  {
+    NoGradGuard no_grad;
+    std::map<std::string, Tensor<float>> state;
+    for (const auto& [name, t] : host->state_dict()) state.emplace(name, t.clone());
+    device->load_state_dict(state);
+  }
+  device->to(kCuda0);
+  const auto train = [&](nn::Sequential& model, Device d) {
+    model->eval();  // (dropout's mask comes from the host's generator: the same draws on both would need one order)
+    const Tensor<float> inputs = x.to(d);
+    const Tensor<int64_t> targets = labels.to(d);
+    optim::Adam adam(model->parameters(), optim::AdamOptions(1e-2));
+    std::vector<float> losses;
+    for (int step = 0; step < 20; ++step) {
+      adam.zero_grad();
+      const Tensor<float> loss = nn::functional::cross_entropy(model(inputs), targets);
+      loss.backward();
+      adam.step();
+      losses.push_back(loss.item());
+    }
+    return losses;
+  };
+  const std::vector<float> want = train(host, kCPU), got = train(device, kCuda0);
+  expect_close(std::vector<double>(got.begin(), got.end()), std::vector<double>(want.begin(), want.end()), 1e-4,
+               "the losses of 20 steps");
+  CHECK(want.back() < want.front() * 0.7f);  // (it does learn)
+  const auto trained = device->named_parameters();
+  const auto reference = host->named_parameters();
+  for (size_t i = 0; i < trained.size(); ++i) {
+    CHECK(trained[i].second.is_cuda());
+    expect_close(trained[i].second.cpu().detach(), reference[i].second.detach(), 1e-4, trained[i].first);
+  }
 }
 
 }  // namespace test_cuda_emulated_autograd

@@ -15,10 +15,22 @@
 #include "kiln/tensor/linalg.hpp"
 #include "kiln/tensor/random.hpp"
 
+#ifdef KILN_WITH_CUDA
+namespace kiln::detail {
+// im2col / col2im on a CUDA tensor (cuda/im2col.hpp, included at the end of this file in such builds).
+template <bool kAdjoint, Dtype T>
+Tensor<T> cuda_conv_columns(const Tensor<T>& src, const Shape& out_shape, const std::array<int64_t, 12>& geometry);
+}  // namespace kiln::detail
+#endif
+
 namespace kiln::nn {
 
 struct Conv2dGeometry {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  // The words of CUDA's im2col/col2im kernels (cuda/im2col.hpp) for an input of h x w and an output of ho x wo.
+  std::array<int64_t, 12> words(int64_t h, int64_t w, int64_t ho, int64_t wo) const {
+    return {h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw};
+  }
   // Output positions along one dim; 0 when the dilated kernel does not fit (no rounding toward 0).
   int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) const {
     const int64_t span = in + 2 * p - d * (k - 1) - 1;
@@ -91,6 +103,11 @@ struct Im2ColBackward : autograd::Node {
   std::string name() const override { return "Im2ColBackward"; }
   autograd::GradList apply(autograd::GradList&& grads) override {
     if (!grads.at(0)) return {nullptr};
+#ifdef KILN_WITH_CUDA
+    if (grads[0]->device().is_cuda())
+      return {kiln::detail::cuda_conv_columns<true>(Tensor<T>(grads[0]).contiguous(), shape_,
+                                                    g_.words(shape_[2], shape_[3], ho_, wo_)).impl_ptr()};
+#endif
     // A 16-bit gradient is summed in float (up to kh * kw columns meet at a pixel) and rounded once.
     using C = compute_t<T>;
     const Tensor<C> gc = Tensor<T>(grads[0]).template to<C>().contiguous();
@@ -115,9 +132,16 @@ Tensor<T> im2col(const Tensor<T>& x, const Conv2dGeometry& g) {
   check<ShapeError>(x.dim() == 4, "im2col: expected a 4-d input [N, C, H, W], got ", x.shape());
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const auto [ho, wo] = g.output_hw(x.shape());
-  const Tensor<T> xc = x.contiguous();
-  Tensor<T> cols(TensorImpl::allocate({n, c * g.kh * g.kw, ho * wo}, scalar_type_of<T>(), "conv2d"));
-  detail::im2col_loop<false>(const_cast<T*>(xc.data_ptr()), cols.data_ptr(), n, c, h, w, ho, wo, g);
+  const Tensor<T> xc = x.detach().contiguous();
+  const Shape shape{n, c * g.kh * g.kw, ho * wo};
+  Tensor<T> cols = [&] {
+#ifdef KILN_WITH_CUDA
+    if (xc.is_cuda()) return kiln::detail::cuda_conv_columns<false>(xc, shape, g.words(h, w, ho, wo));
+#endif
+    Tensor<T> out(TensorImpl::allocate(shape, scalar_type_of<T>(), "conv2d"));
+    detail::im2col_loop<false>(const_cast<T*>(xc.data_ptr()), out.data_ptr(), n, c, h, w, ho, wo, g);
+    return out;
+  }();
   if constexpr (is_floating_v<T>) {
     if (GradMode::is_enabled() && x.requires_grad())
       autograd::meta_of(cols.impl_ptr()).grad_fn = std::make_shared<autograd_nodes::Im2ColBackward<T>>(x.impl_ptr(), g, ho, wo);
@@ -180,7 +204,8 @@ Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
   g.output_hw(x.shape());
   Tensor<T> out = [&] {
     if constexpr (detail::winograd_dtype<T>)
-      if (detail::winograd_applies<T>(g, groups, cin, cout)) return detail::winograd::conv2d(x, weight, g.ph, g.pw);
+      if (!x.is_cuda() && detail::winograd_applies<T>(g, groups, cin, cout))
+        return detail::winograd::conv2d(x, weight, g.ph, g.pw);
     return detail::conv2d_im2col(x, weight, g, groups);
   }();
   if (bias.defined()) {
@@ -247,3 +272,7 @@ KILN_INSTANTIATE(Tensor<float> functional::conv2d<float>(const Tensor<float>&, c
 KILN_INSTANTIATE(class Conv2dImplT<void>);
 
 }  // namespace kiln::nn
+
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda/im2col.hpp"
+#endif

@@ -145,7 +145,8 @@ KILN_DECL Tensor<float> dropout(const Tensor<float>& x, double p, bool training)
   check<std::invalid_argument>(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
   if (!training || p == 0) return x;
   if (p == 1) return Tensor<float>(x * 0.0f);
-  const Tensor<float> keep = bernoulli_(empty<float>(x.shape()), 1 - p);
+  // (Drawn on the host from the CPU generator, then moved to x's device.)
+  const Tensor<float> keep = bernoulli_(empty<float>(x.shape()), 1 - p).to(x.device());
   return Tensor<float>(x * keep * float(1 / (1 - p)));
 }
 KILN_DECL Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<float>& weight) {
