@@ -1,7 +1,7 @@
 // matmul, mm, bmm, mv and dot of CUDA tensors through cuBLAS (cuda/matmul.hpp, cuda/cublas.hpp), against the CPU's
 // products. In CI on the emulated device with the emulated cuBLAS (emulated/cublas.cpp, loaded through
 // KILN_CUBLAS_LIBRARY, which tests/meson.build sets beside the driver's and NVRTC's); on a GPU with the real cuBLAS
-// (tests/gpu/run.sh). Forward only: autograd on CUDA is not there yet.
+// (tests/gpu/run.sh).
 #include <doctest/doctest.h>
 #include <dlfcn.h>
 #include <spawn.h>
@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/cuda.hpp"
@@ -176,14 +177,23 @@ TEST_CASE("cuBLAS: integer products and operands on two devices are refused with
   CHECK_THROWS_WITH_AS(dot(v, v.cuda()), doctest::Contains("dot: operands on cpu and cuda:0"), std::invalid_argument);
 }
 
-TEST_CASE("cuBLAS: operands that require grad (the forward only: nothing is read on the CPU)" * no_device()) {
+TEST_CASE("cuBLAS: matmul's backward on the device (a batch over a shared matrix, Linear's x w^T) equals the CPU's" * no_device()) {
   Generator g(13);
-  const Tensor<float> a = randn<float>({5, 6}, &g), b = randn<float>({6, 7}, &g);
-  Tensor<float> ca = a.cuda();
-  ca.requires_grad_();
-  expect_product(matmul(ca, b.cuda()), matmul(a, b), "matmul of a tensor that requires grad");
+  Tensor<float> a = randn<float>({4, 5, 6}, &g), b = randn<float>({6, 7}, &g), w = randn<float>({3, 6}, &g);
+  Tensor<float> ca = a.cuda(), cb = b.cuda(), cw = w.cuda();
+  for (Tensor<float>* t : {&a, &b, &w, &ca, &cb, &cw}) t->requires_grad_();
+  const auto loss = [](const Tensor<float>& x, const Tensor<float>& y, const Tensor<float>& z) {
+    const Tensor<float> p = matmul(x, y);
+    return Tensor<float>(sum(p * p) + sum(matmul(x, z.t())));
+  };
+  loss(a, b, w).backward();
+  loss(ca, cb, cw).backward();
+  for (auto [got, want, what] : {std::tuple{&ca, &a, "da"}, std::tuple{&cb, &b, "db"}, std::tuple{&cw, &w, "dw"}}) {
+    CHECK(got->grad().is_cuda());
+    expect_close(got->grad().cpu(), want->grad(), 1e-5, what);
+  }
   NoGradGuard no_grad;
-  expect_product(mm(ca, b.cuda()), mm(a, b), "mm under NoGradGuard");
+  expect_product(mm(ca[0], cb), mm(a[0], b), "mm of tensors that require grad, under NoGradGuard");
 }
 
 TEST_CASE("cuBLAS: the TF32 switch (torch.backends.cuda.matmul.allow_tf32) reaches cublasSetMathMode" * no_device()) {

@@ -43,8 +43,8 @@ inline std::optional<BlasOperand> blas_b(const ProductLayout& p) { return blas_o
 inline std::optional<BlasOperand> blas_a(const ProductLayout& p) { return blas_operand(p.K, p.M, p.a_cs, p.a_rs); }
 
 template <class T>
-const T* device_ptr(const Tensor<T>& t) {
-  return reinterpret_cast<const T*>(t.impl().device_bytes());
+T* device_ptr(const Tensor<T>& t) {
+  return reinterpret_cast<T*>(t.impl().device_bytes());
 }
 
 template <class T>
@@ -81,7 +81,7 @@ void cuda_batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>
     const cuda::blas::Handle handle = blas.handle(device.index());
     const T* A = device_ptr(a1);
     const T* B = device_ptr(b1);
-    T* C = const_cast<T*>(device_ptr(c));
+    T* C = device_ptr(c);
     for (int64_t o = 0; o < p.outer(); ++o) {
       const auto off = p.offsets(o);
       blas.gemm<T>(handle, ob->op, oa->op, int(p.N), int(p.M), int(p.K), B + off[1], ob->ld, sb, A + off[0], oa->ld, sa,
