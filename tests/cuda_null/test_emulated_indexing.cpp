@@ -302,4 +302,32 @@ TEST_CASE("gradients through gather, embedding and cross_entropy of CUDA tensors
   expect_close(got_w, want_w, 1e-6, "the embedding weight's gradient (scatter_add on the device)");
 }
 
+TEST_CASE("cat and stack of CUDA tensors equal the CPU's; inputs on two devices are refused" * no_device()) {
+  const Tensor<float> a = values<float>({3, 4}, 33), b_base = values<float>({5, 3}, 34), c = values<float>({3, 1}, 35);
+  const Tensor<float> b = b_base.t();  // [3, 5], transposed
+  const Tensor<float> ca = a.cuda(), cb = b_base.cuda().t(), cc = c.cuda();
+  const Tensor<float> joined = cat({ca, cb, cc}, 1);
+  CHECK(joined.is_cuda());
+  expect_close(joined.cpu(), cat({a, b, c}, 1), 0, "cat along dim 1, a transposed input");
+  expect_close(cat({ca, ca}, -2).cpu(), cat({a, a}, 0), 0, "cat along dim 0");
+  const Tensor<int64_t> i = arange<int64_t>(0, 6).reshape({2, 3});
+  const Tensor<int64_t> i2 = Tensor<int64_t>(i * int64_t(2));
+  CHECK(stack({i.cuda(), i2.cuda()}, 1).cpu().to_vector() == stack({i, i2}, 1).to_vector());
+  expect_close(stack({ca, Tensor<float>(ca * 2.0f)}, 2).cpu(), stack({a, Tensor<float>(a * 2.0f)}, 2), 0, "stack");
+  CHECK_THROWS_WITH_AS((void)cat({ca, c}, 1),
+                       "cat: tensor 1 of shape [3, 1] is on cpu but tensor 0 of shape [3, 4] is on cuda:0; move them to "
+                       "one device first (.to(device))",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS((void)stack({a, ca}), doctest::Contains("stack: tensor 1 of shape [3, 4] is on cuda:0 but tensor 0"),
+                       std::invalid_argument);
+  // The gradient: each input gets its slice (needs autograd on CUDA).
+  Tensor<float> x = a.cuda().clone(), y = b_base.cuda().clone();
+  x.requires_grad_();
+  y.requires_grad_();
+  const Tensor<float> weights = values<float>({3, 9}, 36);
+  sum(cat({x, y.t()}, 1) * weights.cuda()).backward();
+  expect_close(x.grad().cpu(), weights.narrow(1, 0, 4).contiguous(), 0, "cat's gradient, tensor 0");
+  expect_close(y.grad().cpu(), weights.narrow(1, 4, 5).t().contiguous(), 0, "cat's gradient, tensor 1 (transposed)");
+}
+
 }  // namespace test_cuda_emulated_indexing

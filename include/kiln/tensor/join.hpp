@@ -1,6 +1,8 @@
 #pragma once
 // cat and stack, as torch.cat / torch.stack: every input is copied into its slice of one new tensor with
-// copy_, so each copy is one pass of the fused evaluator (strided and converted layouts included).
+// copy_, so each copy is one pass of the fused evaluator (strided and converted layouts included). The new tensor
+// is on the inputs' device (CUDA tensors are copied by one kernel each in programs built with KILN_WITH_CUDA);
+// inputs on two devices are refused, as torch's.
 // Backward: each input gets its slice of the gradient (stack is cat of unsqueezed inputs).
 #include <initializer_list>
 #include <span>
@@ -41,6 +43,18 @@ struct CatBackward : Node {
 };
 }  // namespace autograd
 
+namespace detail {
+// Every input of `op` (cat, stack) on tensor 0's device: copy_ would move memory between devices silently.
+template <Dtype T>
+void check_one_device(const char* op, std::span<const Tensor<T>> tensors) {
+  for (size_t i = 1; i < tensors.size(); ++i)
+    check<std::invalid_argument>(tensors[i].device() == tensors[0].device(), op, ": tensor ", i, " of shape ",
+                                 tensors[i].shape(), " is on ", tensors[i].device().str(), " but tensor 0 of shape ",
+                                 tensors[0].shape(), " is on ", tensors[0].device().str(),
+                                 "; move them to one device first (.to(device))");
+}
+}  // namespace detail
+
 // Joins tensors of equal rank along an existing dim; all other dims must match.
 template <Dtype T>
 Tensor<T> cat(std::span<const Tensor<T>> tensors, int64_t dim = 0) {
@@ -48,6 +62,7 @@ Tensor<T> cat(std::span<const Tensor<T>> tensors, int64_t dim = 0) {
   const Shape& first = tensors[0].shape();
   check<ShapeError>(first.size() > 0, "cat: tensor 0 is 0-dim and cannot be concatenated; unsqueeze it first");
   const int d = wrap_dim(dim, first.size(), "cat");
+  detail::check_one_device("cat", tensors);
   Shape out_shape = first;
   out_shape[d] = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -59,7 +74,7 @@ Tensor<T> cat(std::span<const Tensor<T>> tensors, int64_t dim = 0) {
                         first, " (all dims but ", d, " must match)");
     out_shape[d] += s[d];
   }
-  Tensor<T> out = empty<T>(out_shape);
+  Tensor<T> out = empty<T>(out_shape, tensors[0].device());
   {
     NoGradGuard no_grad;
     int64_t at = 0;
@@ -84,6 +99,7 @@ Tensor<T> stack(std::span<const Tensor<T>> tensors, int64_t dim = 0) {
   check<ShapeError>(!tensors.empty(), "stack: expected a non-empty list of tensors");
   const Shape& first = tensors[0].shape();
   const int d = wrap_dim(dim, first.size() + 1, "stack");
+  detail::check_one_device("stack", tensors);
   for (size_t i = 1; i < tensors.size(); ++i)
     check<ShapeError>(tensors[i].shape() == first, "stack: tensor ", i, " has shape ", tensors[i].shape(),
                       " but tensor 0 has shape ", first, " (all tensors must have the same shape)");
