@@ -98,7 +98,8 @@ class Cublas {
       if constexpr (f) fn = sgemm_;
       else fn = dgemm_;
       const T one = 1, zero = 0;
-      const int status = fn(h, opa, opb, m, n, k, &one, a, lda, stride_a, b, ldb, stride_b, &zero, c, ldc, stride_c, batch);
+      const int status =
+          fn(h, opa, opb, m, n, k, &one, a, lda, stride_a, b, ldb, stride_b, &zero, c, ldc, stride_c, batch);
       if (status != 0) require(status, call(f ? "cublasSgemmStridedBatched" : "cublasDgemmStridedBatched"));
     } else {
       static_assert(is_half_v<T>, "kiln::cuda: cuBLAS products take float, double, bfloat16 or float16");

@@ -50,9 +50,9 @@ T* device_ptr(const Tensor<T>& t) {
 template <class T>
 void cuda_batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, const char* op) {
   if constexpr (!is_floating_v<T>) {
-    throw std::invalid_argument(cat(op, ": ", dtype_name(scalar_type_of<T>()), " tensors of shapes ", a.shape(), " and ",
-                                    b.shape(), " on ", c.device().str(), ": cuBLAS has no integer product; convert "
-                                    "them to float or double (.to<float>()) or multiply on the CPU (.cpu())"));
+    throw std::invalid_argument(cat(op, ": ", dtype_name(scalar_type_of<T>()), " tensors of shapes ", a.shape(),
+                                    " and ", b.shape(), " on ", c.device().str(), ": cuBLAS has no integer product; "
+                                    "convert them to float or double (.to<float>()) or multiply on the CPU (.cpu())"));
   } else {
     if (c.numel() == 0) return;
     cuda::DeviceContext& device = cuda::DeviceContext::get(c.device().index());

@@ -131,9 +131,10 @@ Device product_device(const char* op, const Tensor<T>& a, const Tensor<U>& b) {
   return a.device();
 }
 
-// batched_gemm for every dtype matmul takes (on CUDA tensors, in builds with KILN_WITH_CUDA, cuBLAS). bfloat16 and float16 products are computed in float: Eigen 3.4 has
-// no 16-bit GEMM, so the operands widen, the product accumulates in float and rounds once into c (16-bit storage
-// saves memory here, not time).
+// batched_gemm for every dtype matmul takes; a product on a device goes to cuBLAS instead (builds with
+// KILN_WITH_CUDA). On the CPU, bfloat16 and float16 products are computed in float: Eigen 3.4 has no 16-bit GEMM, so
+// the operands widen, the product accumulates in float and rounds once into c (16-bit storage saves memory here, not
+// time).
 template <class T>
 void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, const char* op) {
 #ifdef KILN_WITH_CUDA
@@ -286,7 +287,8 @@ auto mm(const X& x, const Y& y) {
   if (a.dim() != 2 || b.dim() != 2)
     throw ShapeError(detail::cat("mm: expects 2-D tensors, got shapes ", a.shape(), " and ", b.shape()));
   if (a.size(1) != b.size(0)) detail::throw_mismatch("mm", a.shape(), b.shape(), a.size(1), b.size(0));
-  Tensor<T> c(TensorImpl::allocate({a.size(0), b.size(1)}, scalar_type_of<T>(), "mm", detail::product_device("mm", a, b)));
+  Tensor<T> c(
+      TensorImpl::allocate({a.size(0), b.size(1)}, scalar_type_of<T>(), "mm", detail::product_device("mm", a, b)));
   detail::batched_matmul(a, b, c, "mm");
   detail::record_matmul(a, b, c, "MmBackward");
   return c;
