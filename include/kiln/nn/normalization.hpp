@@ -2,7 +2,8 @@
 // Normalization: layer_norm, group_norm, batch_norm (functional, any floating dtype) and the LayerNorm,
 // GroupNorm, BatchNorm1d / BatchNorm2d modules, as torch.nn's. Composed from kiln's differentiable
 // reductions and fused expressions, so the backward comes with them; training-mode batch norm, the hot
-// one in CNNs, is its own node (nn/batch_norm_kernel.hpp).
+// one in CNNs, is its own node (nn/batch_norm_kernel.hpp). On CUDA tensors (builds with KILN_WITH_CUDA) all three are
+// composed from reductions and expressions, which evaluate and differentiate on the device.
 #include <optional>
 
 #include "kiln/nn/batch_norm_kernel.hpp"
@@ -28,6 +29,44 @@ Tensor<T> affine(const Tensor<T>& y, const Tensor<T>& weight, const Tensor<T>& b
   if (bias.defined()) out = Tensor<T>(out + bias.reshape(shape));
   return out;
 }
+
+// The biased variance of x over dims, mu its mean there (dims kept). A CUDA tensor takes the mean of the squared
+// deviations: var has no device kernel yet, and mean and the expression differentiate on the device.
+template <Dtype T>
+Tensor<T> biased_var(const Tensor<T>& x, const Dims& dims, [[maybe_unused]] const Tensor<T>& mu) {
+#ifdef KILN_WITH_CUDA
+  if (x.is_cuda()) return mean(square(x - mu), dims, true);
+#endif
+  return var(x, dims, 0.0, true);
+}
+
+#ifdef KILN_WITH_CUDA
+// Training-mode batch norm of a CUDA tensor x [N, C, ...] as reductions and expressions (batch_norm_training's node
+// works in host memory), so autograd differentiates it on the device; the running statistics move as on the CPU.
+template <Dtype T>
+Tensor<T> batch_norm_training_on_device(const Tensor<T>& x, Tensor<T>& running_mean, Tensor<T>& running_var,
+                                        const Tensor<T>& weight, const Tensor<T>& bias, double momentum, double eps,
+                                        const ReplicaSum& replica_sum) {
+  const int64_t c = x.size(1);
+  check<std::invalid_argument>(!replica_sum, "batch_norm: synchronized batch norm (SyncBatchNorm) of a CUDA tensor ",
+                               x.shape(), " is not supported yet");
+  for (const Tensor<T>* t : {&weight, &bias})
+    check<ShapeError>(!t->defined() || t->numel() == c, "batch_norm: weight and bias need ", c, " values, got shape ",
+                      t->shape());
+  Dims dims{0};
+  for (int d = 2; d < x.dim(); ++d) dims.push_back(d);
+  const Tensor<T> mu = mean(x, dims, true);
+  const Tensor<T> var_ = biased_var(x, dims, mu);
+  const Tensor<T> y((x - mu) / sqrt(var_ + eps));
+  if (running_mean.defined() && running_var.defined()) {
+    NoGradGuard no_grad;
+    const double count = double(x.numel() / c);
+    running_mean.copy_(running_mean * (1 - momentum) + mu.reshape({c}) * momentum);
+    running_var.copy_(running_var * (1 - momentum) + var_.reshape({c}) * (momentum * count / (count - 1)));
+  }
+  return affine(y, weight, bias, channel_shape(c, x.dim()));
+}
+#endif
 }  // namespace detail
 
 // Normalizes over the last dims of normalized_shape: (x - mean) / sqrt(var + eps) * weight + bias.
@@ -44,7 +83,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const Shape& normalized_shape, const Te
     dims.push_back(d);
   }
   const Tensor<T> mu = mean(x, dims, true);
-  const Tensor<T> var_ = var(x, dims, 0.0, true);
+  const Tensor<T> var_ = detail::biased_var(x, dims, mu);
   const Tensor<T> y(Tensor<T>((x - mu) / sqrt(var_ + eps)));
   return detail::affine(y, weight, bias, normalized_shape);
 }
@@ -58,7 +97,7 @@ Tensor<T> group_norm(const Tensor<T>& x, int64_t num_groups, const Tensor<T>& we
   const int64_t n = x.size(0);
   const Tensor<T> g = x.reshape({n, num_groups, -1});
   const Tensor<T> mu = mean(g, {2}, true);
-  const Tensor<T> var_ = var(g, {2}, 0.0, true);
+  const Tensor<T> var_ = detail::biased_var(g, {2}, mu);
   const Tensor<T> y = Tensor<T>((g - mu) / sqrt(var_ + eps)).reshape(x.shape());
   return detail::affine(y, weight, bias, detail::channel_shape(x.size(1), x.dim()));
 }
@@ -77,6 +116,10 @@ Tensor<T> batch_norm(const Tensor<T>& x, Tensor<T> running_mean, Tensor<T> runni
   if (training) {
     check<std::invalid_argument>(replica_sum || x.numel() / c > 1,
                                  "batch_norm: expected more than 1 value per channel in training, got input ", x.shape());
+#ifdef KILN_WITH_CUDA
+    if (x.is_cuda())
+      return detail::batch_norm_training_on_device(x, running_mean, running_var, weight, bias, momentum, eps, replica_sum);
+#endif
     detail::BatchNormStats batch;
     Tensor<T> y = detail::batch_norm_training(x, weight, bias, eps, batch, replica_sum);
     const double count = batch.count;

@@ -2,13 +2,28 @@
 // Pooling as torch.nn.functional's: max_pool2d (kernel, stride, padding, dilation), avg_pool2d (kernel,
 // stride, padding, count_include_pad) and adaptive_avg_pool2d, with the MaxPool2d, AvgPool2d and
 // AdaptiveAvgPool2d modules. Direct loops over each (sample, channel) plane, threaded; max pooling saves
-// the argmax of each window for its backward.
+// the argmax of each window for its backward. CUDA tensors pool on their device (cuda/pool.hpp, in builds with
+// KILN_WITH_CUDA), forward and backward.
 #include <array>
 #include <bit>
 #include <limits>
 
 #include "kiln/cpu/parallel.hpp"
 #include "kiln/nn/module.hpp"
+
+#ifdef KILN_WITH_CUDA
+namespace kiln::nn::functional::detail {
+struct PoolWindows;
+}
+namespace kiln::detail {
+// A pooling or its backward on CUDA tensors, src into dst (cuda/pool.hpp, included at the end of this file in such
+// builds); index: max pooling's argmax, written by Max, read by MaxBackward.
+enum class CudaPool { Max, MaxBackward, Avg, AvgBackward };
+template <CudaPool P, Dtype T>
+void cuda_pool(const Tensor<T>& src, const Tensor<T>& dst, const Tensor<int64_t>& index,
+               const nn::functional::detail::PoolWindows& win, bool count_pad);
+}  // namespace kiln::detail
+#endif
 
 namespace kiln::nn {
 
@@ -50,13 +65,21 @@ namespace autograd_nodes {
 // Max pooling: each output's gradient goes to its window's argmax (saved as a flat index in the plane).
 template <Dtype T>
 struct MaxPoolBackward : autograd::Node {
-  MaxPoolBackward(const autograd::ImplPtr& x, Tensor<int64_t> argmax) : shape_(x->shape), argmax_(std::move(argmax)) {
+  MaxPoolBackward(const autograd::ImplPtr& x, Tensor<int64_t> argmax, const functional::detail::PoolWindows& win)
+      : shape_(x->shape), argmax_(std::move(argmax)), win_(win) {
     next_edges.push_back(autograd::gradient_edge(x));
   }
   std::string name() const override { return "MaxPool2DBackward"; }
   autograd::GradList apply(autograd::GradList&& grads) override {
     if (!grads.at(0)) return {nullptr};
     const Tensor<T> g = Tensor<T>(grads[0]).contiguous();
+#ifdef KILN_WITH_CUDA
+    if (g.is_cuda()) {
+      const Tensor<T> gx = empty<T>(shape_, g.device());
+      kiln::detail::cuda_pool<kiln::detail::CudaPool::MaxBackward>(g, gx, argmax_, win_, false);
+      return {gx.impl_ptr()};
+    }
+#endif
     Tensor<T> gx = zeros<T>(shape_);
     const int64_t planes = shape_[0] * shape_[1], in = shape_[2] * shape_[3], out = g.numel() / std::max<int64_t>(planes, 1);
     const T* gp = g.data_ptr();
@@ -75,6 +98,7 @@ struct MaxPoolBackward : autograd::Node {
  private:
   Shape shape_;
   Tensor<int64_t> argmax_;
+  functional::detail::PoolWindows win_;
 };
 
 // Average pooling: each output's gradient, divided by its divisor, spread over its window.
@@ -122,19 +146,29 @@ void for_each_window(int64_t planes, const PoolWindows& win, bool count_pad, F&&
 }
 
 template <Dtype T>
-Tensor<T> avg_pool(const Tensor<T>& x, const PoolWindows& win, bool count_pad) {
-  const Tensor<T> xc = x.contiguous();
-  Tensor<T> out(TensorImpl::allocate({x.size(0), x.size(1), win.ho, win.wo}, scalar_type_of<T>(), "avg_pool2d"));
+void avg_pool_cpu(const Tensor<T>& xc, const PoolWindows& win, bool count_pad, const Tensor<T>& out) {
   const T* xp = xc.data_ptr();
   T* op = out.data_ptr();
   const int64_t in = win.h * win.w, on = win.ho * win.wo;
-  for_each_window(x.size(0) * x.size(1), win, count_pad,
+  for_each_window(xc.size(0) * xc.size(1), win, count_pad,
                   [&](int64_t q, int64_t o, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t divisor) {
                     double s = 0;
                     for (int64_t r = r0; r < r1; ++r)
                       for (int64_t c = c0; c < c1; ++c) s += double(xp[q * in + r * win.w + c]);
                     op[q * on + o] = T(s / double(divisor));
                   });
+}
+
+template <Dtype T>
+Tensor<T> avg_pool(const Tensor<T>& x, const PoolWindows& win, bool count_pad) {
+  const Tensor<T> xc = x.contiguous();
+  Tensor<T> out(TensorImpl::allocate({x.size(0), x.size(1), win.ho, win.wo}, scalar_type_of<T>(), "avg_pool2d", x.device()));
+#ifdef KILN_WITH_CUDA
+  if (x.is_cuda())
+    kiln::detail::cuda_pool<kiln::detail::CudaPool::Avg>(xc, out, Tensor<int64_t>(), win, count_pad);
+  else
+#endif
+    avg_pool_cpu(xc, win, count_pad, out);
   if constexpr (is_floating_v<T>) {
     if (GradMode::is_enabled() && x.requires_grad())
       autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd_nodes::AvgPoolBackward<T>>(x.impl_ptr(), win, count_pad);
@@ -164,20 +198,10 @@ inline void check_4d(const char* op, const Shape& s) {
   check<ShapeError>(s.size() == 4, op, ": expected a 4-d input [N, C, H, W], got ", s);
 }
 
-}  // namespace detail
-
+// max_pool2d's loops: out and argmax (allocated) from contiguous xc.
 template <Dtype T>
-Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
-                     std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}) {
-  detail::check_4d("max_pool2d", x.shape());
-  if (stride[0] == 0) stride = kernel;  // PyTorch's default: the kernel size
-  detail::PoolWindows win{x.size(2), x.size(3), 0, 0, kernel, stride, padding, dilation};
-  win.ho = detail::pooled_size(win.h, kernel[0], stride[0], padding[0], dilation[0], "max_pool2d");
-  win.wo = detail::pooled_size(win.w, kernel[1], stride[1], padding[1], dilation[1], "max_pool2d");
-  const Tensor<T> xc = x.contiguous();
-  const int64_t planes = x.size(0) * x.size(1), in = win.h * win.w, on = win.ho * win.wo;
-  Tensor<T> out(TensorImpl::allocate({x.size(0), x.size(1), win.ho, win.wo}, scalar_type_of<T>(), "max_pool2d"));
-  Tensor<int64_t> argmax(TensorImpl::allocate(out.shape(), ScalarType::Int64, "max_pool2d"));
+void max_pool_cpu(const Tensor<T>& xc, const PoolWindows& win, const Tensor<T>& out, const Tensor<int64_t>& argmax) {
+  const int64_t planes = xc.size(0) * xc.size(1), in = win.h * win.w, on = win.ho * win.wo;
   const T* xp = xc.data_ptr();
   T* op = out.data_ptr();
   int64_t* ap = argmax.data_ptr();
@@ -188,8 +212,8 @@ Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::arr
     last = std::min(k, size - start <= 0 ? 0 : (size - start + d - 1) / d);
   };
   // Plain locals, not captured references: the compiler keeps them in registers.
-  const int64_t h = win.h, w = win.w, ho = win.ho, wo = win.wo, kh = kernel[0], kw = kernel[1];
-  const int64_t sh = stride[0], sw = stride[1], ph = padding[0], pw = padding[1], dh = dilation[0], dw = dilation[1];
+  const int64_t h = win.h, w = win.w, ho = win.ho, wo = win.wo, kh = win.k[0], kw = win.k[1];
+  const int64_t sh = win.s[0], sw = win.s[1], ph = win.p[0], pw = win.p[1], dh = win.d[0], dw = win.d[1];
   using Max = detail::RunningMax<compute_t<T>>;
   if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1) {
     // The common 2x2 window, stride 2, no padding or dilation: the four taps by hand.
@@ -233,9 +257,30 @@ Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::arr
       }
     });
   }
+}
+
+}  // namespace detail
+
+template <Dtype T>
+Tensor<T> max_pool2d(const Tensor<T>& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                     std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}) {
+  detail::check_4d("max_pool2d", x.shape());
+  if (stride[0] == 0) stride = kernel;  // PyTorch's default: the kernel size
+  detail::PoolWindows win{x.size(2), x.size(3), 0, 0, kernel, stride, padding, dilation};
+  win.ho = detail::pooled_size(win.h, kernel[0], stride[0], padding[0], dilation[0], "max_pool2d");
+  win.wo = detail::pooled_size(win.w, kernel[1], stride[1], padding[1], dilation[1], "max_pool2d");
+  const Tensor<T> xc = x.contiguous();
+  Tensor<T> out(TensorImpl::allocate({x.size(0), x.size(1), win.ho, win.wo}, scalar_type_of<T>(), "max_pool2d", x.device()));
+  Tensor<int64_t> argmax(TensorImpl::allocate(out.shape(), ScalarType::Int64, "max_pool2d", x.device()));
+#ifdef KILN_WITH_CUDA
+  if (x.is_cuda())
+    kiln::detail::cuda_pool<kiln::detail::CudaPool::Max>(xc, out, argmax, win, false);
+  else
+#endif
+    detail::max_pool_cpu(xc, win, out, argmax);
   if constexpr (is_floating_v<T>) {
     if (GradMode::is_enabled() && x.requires_grad())
-      autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd_nodes::MaxPoolBackward<T>>(x.impl_ptr(), argmax);
+      autograd::meta_of(out.impl_ptr()).grad_fn = std::make_shared<autograd_nodes::MaxPoolBackward<T>>(x.impl_ptr(), argmax, win);
   }
   return out;
 }
@@ -266,6 +311,13 @@ template <Dtype T>
 autograd::GradList autograd_nodes::AvgPoolBackward<T>::apply(autograd::GradList&& grads) {
   if (!grads.at(0)) return {nullptr};
   const Tensor<T> g = Tensor<T>(grads[0]).contiguous();
+#ifdef KILN_WITH_CUDA
+  if (g.is_cuda()) {
+    const Tensor<T> gx = empty<T>(shape_, g.device());
+    kiln::detail::cuda_pool<kiln::detail::CudaPool::AvgBackward>(g, gx, Tensor<int64_t>(), win_, count_pad_);
+    return {gx.impl_ptr()};
+  }
+#endif
   Tensor<T> gx = zeros<T>(shape_);
   const T* gp = g.data_ptr();
   T* xp = gx.data_ptr();
@@ -346,3 +398,7 @@ KILN_INSTANTIATE(Tensor<float> functional::avg_pool2d<float>(const Tensor<float>
 KILN_INSTANTIATE(Tensor<float> functional::adaptive_avg_pool2d<float>(const Tensor<float>&, std::array<int64_t, 2>));
 
 }  // namespace kiln::nn
+
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda/pool.hpp"
+#endif

@@ -1,0 +1,210 @@
+// Pooling and normalization of CUDA tensors (cuda/pool.hpp; nn/normalization.hpp's device path): the same layers
+// run on the CPU and on the device, values, gradients and batch norm's running statistics compared; then the
+// Fashion-MNIST CNN's layers after its convolutions. On the emulated device in CI, on a GPU by tests/gpu/run.sh.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include "kiln/cuda.hpp"
+#include "kiln/kiln.hpp"
+#include "kiln/nn.hpp"
+
+#include "compare.hpp"
+
+namespace test_cuda_emulated_nn {
+
+using namespace kiln;
+using kiln::test::expect_close;
+
+namespace {
+
+auto no_device() { return doctest::skip(!cuda::is_available()); }
+
+const Device kCuda0(kCUDA, 0);
+
+// f(x) on the CPU and on cuda:0, x requiring grad: the outputs agree, and so do the gradients of x for the loss
+// sum(f(x) * r), r random (so every output's gradient differs and a misrouted one shows).
+void expect_same(const Tensor<float>& x, const std::function<Tensor<float>(const Tensor<float>&)>& f, double tol,
+                 const std::string& what) {
+  const Tensor<float> xc = x.clone().requires_grad_(), xd = x.clone().to(kCuda0).requires_grad_();
+  const Tensor<float> yc = f(xc), yd = f(xd);
+  REQUIRE(yd.is_cuda());
+  REQUIRE(yd.shape() == yc.shape());
+  expect_close(yd.detach().cpu(), yc.detach(), tol, what + ": the output");
+  Generator g(99);
+  const Tensor<float> r = randn<float>(yc.shape(), &g);
+  sum(yc * r).backward();
+  sum(yd * r.to(kCuda0)).backward();
+  REQUIRE(xd.grad().is_cuda());
+  expect_close(xd.grad().cpu(), xc.grad(), tol, what + ": the input's gradient");
+}
+
+// A module built twice with the same state, one copy on the device.
+template <class M>
+void copy_state(M& from, M& to) {
+  NoGradGuard no_grad;
+  std::map<std::string, Tensor<float>> state;
+  for (const auto& [name, t] : from->state_dict()) state.emplace(name, t.clone());
+  to->load_state_dict(state);
+  to->to(kCuda0);
+}
+
+// Every parameter's gradient and every buffer of the device's copy against the host's.
+template <class M>
+void expect_same_state(M& device, M& host, double tol, const std::string& what) {
+  const auto dp = device->named_parameters(), hp = host->named_parameters();
+  REQUIRE(dp.size() == hp.size());
+  for (size_t i = 0; i < dp.size(); ++i) {
+    REQUIRE(dp[i].second.grad().defined());
+    CHECK(dp[i].second.grad().is_cuda());
+    expect_close(dp[i].second.grad().cpu(), hp[i].second.grad(), tol, what + ": the gradient of " + dp[i].first);
+  }
+  const auto db = device->named_buffers(), hb = host->named_buffers();
+  REQUIRE(db.size() == hb.size());
+  for (size_t i = 0; i < db.size(); ++i) {
+    CHECK(db[i].second.is_cuda());
+    expect_close(db[i].second.cpu(), hb[i].second, tol, what + ": " + db[i].first);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("max_pool2d on the device: windows, strides, padding, dilation, the argmax's gradient" * no_device()) {
+  Generator g(21);
+  struct Case {
+    Shape x;
+    std::array<int64_t, 2> kernel, stride, padding, dilation;
+  };
+  for (const Case& c : {Case{{2, 3, 8, 6}, {2, 2}, {2, 2}, {0, 0}, {1, 1}},  // the CPU's 2x2 fast path
+                        Case{{2, 2, 7, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}},  // overlapping windows, padding
+                        Case{{1, 3, 9, 8}, {3, 2}, {1, 2}, {1, 1}, {2, 1}},  // dilation, a rectangular window
+                        Case{{2, 1, 5, 5}, {3, 3}, {1, 1}, {0, 0}, {1, 1}}}) {
+    const Tensor<float> x = randn<float>(c.x, &g);
+    expect_same(x, [&](const Tensor<float>& t) { return nn::functional::max_pool2d(t, c.kernel, c.stride, c.padding, c.dilation); },
+                1e-6, detail::cat("max_pool2d of ", c.x, ", kernel ", c.kernel[0], "x", c.kernel[1]));
+  }
+  // Ties (integer values, many repeats): the first tap in row-major order wins, as on the CPU, and overlapping
+  // windows may pick the same element, whose gradient sums theirs.
+  const Tensor<float> ties = floor(randn<float>({2, 2, 7, 7}, &g) * 0.7f);
+  for (const int64_t k : {2, 3})
+    expect_same(ties, [&](const Tensor<float>& t) { return nn::functional::max_pool2d(t, {k, k}, {1, 1}, {1, 1}); },
+                0, detail::cat("max_pool2d of ties, kernel ", k));
+}
+
+TEST_CASE("max_pool2d on the device: NaN wins its window and keeps it, -inf is a value" * no_device()) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const Tensor<float> x = tensor<float>({1, nan, 3, 2, -inf, -inf, -inf, -inf, 5, 4, nan, 9, 0, 0, 0, 0}).reshape({1, 1, 4, 4});
+  for (const int64_t k : {2, 3}) {
+    const Tensor<float> xc = x.clone().requires_grad_(), xd = x.clone().to(kCuda0).requires_grad_();
+    const Tensor<float> yc = nn::functional::max_pool2d(xc, {k, k}, {1, 1}), yd = nn::functional::max_pool2d(xd, {k, k}, {1, 1});
+    const std::vector<float> want = yc.detach().to_vector(), got = yd.detach().cpu().to_vector();
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("kernel ", k, ", output ", i, ": ", got[i], ", the CPU gives ", want[i]);
+      CHECK((std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i]));
+    }
+    // Which element each window picked: the gradient of the sum counts the windows that chose each.
+    sum(yc).backward();
+    sum(yd).backward();
+    expect_close(xd.grad().cpu(), xc.grad(), 0, detail::cat("the argmax counts, kernel ", k));
+  }
+}
+
+TEST_CASE("avg_pool2d and adaptive_avg_pool2d on the device: divisors with and without the padding" * no_device()) {
+  Generator g(22);
+  const Tensor<float> x = randn<float>({2, 3, 7, 9}, &g);
+  expect_same(x, [](const Tensor<float>& t) { return nn::functional::avg_pool2d(t, {2, 2}); }, 1e-6, "avg_pool2d 2x2");
+  for (const bool count_pad : {true, false})
+    expect_same(x, [&](const Tensor<float>& t) { return nn::functional::avg_pool2d(t, {3, 2}, {2, 1}, {1, 1}, count_pad); },
+                1e-6, detail::cat("avg_pool2d 3x2, padding 1, count_include_pad ", count_pad));
+  for (const std::array<int64_t, 2> size : {std::array<int64_t, 2>{3, 4}, {1, 1}, {7, 9}, {5, 2}})
+    expect_same(x, [&](const Tensor<float>& t) { return nn::functional::adaptive_avg_pool2d(t, size); }, 1e-6,
+                detail::cat("adaptive_avg_pool2d to ", size[0], "x", size[1]));
+  nn::AvgPool2d pool(3, 2, 1);
+  expect_same(x, [&](const Tensor<float>& t) { return pool(t); }, 1e-6, "AvgPool2d(3, 2, 1)");
+}
+
+TEST_CASE("BatchNorm2d on the device: training (batch statistics, running statistics) and evaluation" * no_device()) {
+  Generator g(23);
+  nn::BatchNorm2d host(3), device(3);
+  {
+    NoGradGuard no_grad;
+    host->weight.copy_(randn<float>({3}, &g));
+    host->bias.copy_(randn<float>({3}, &g));
+  }
+  copy_state(host, device);
+  const auto step = [&](const Tensor<float>& x, const std::string& what) {
+    for (auto* m : {&host, &device}) (*m)->zero_grad();
+    expect_same(x, [&](const Tensor<float>& t) { return t.is_cuda() ? device(t) : host(t); }, 1e-5, what);
+    expect_same_state(device, host, 1e-5, what);
+  };
+  // Two training steps (the running statistics move twice, num_batches_tracked counts them), then evaluation.
+  step(randn<float>({4, 3, 5, 6}, &g) * 2.0f + 1.0f, "training, step 1");
+  step(randn<float>({4, 3, 5, 6}, &g) - 0.5f, "training, step 2");
+  CHECK(device->num_batches_tracked.item() == 2.0f);
+  host->eval();
+  device->eval();
+  step(randn<float>({2, 3, 4, 4}, &g), "evaluation");
+}
+
+TEST_CASE("batch_norm, layer_norm and group_norm on the device, functional" * no_device()) {
+  Generator g(24);
+  const Tensor<float> x = randn<float>({5, 4, 3}, &g), w = randn<float>({4}, &g), b = randn<float>({4}, &g);
+  // Training without running statistics, [N, C, L] and [N, C]; the weight and bias's gradients too.
+  for (const Shape& shape : {Shape{5, 4, 3}, Shape{6, 4}}) {
+    const Tensor<float> input = randn<float>(shape, &g);
+    const Tensor<float> wc = w.clone().requires_grad_(), wd = w.clone().to(kCuda0).requires_grad_();
+    const Tensor<float> bc = b.clone().requires_grad_(), bd = b.clone().to(kCuda0).requires_grad_();
+    expect_same(input, [&](const Tensor<float>& t) {
+      return t.is_cuda() ? nn::functional::batch_norm(t, {}, {}, wd, bd, true) : nn::functional::batch_norm(t, {}, {}, wc, bc, true);
+    }, 1e-5, detail::cat("batch_norm of ", shape));
+    expect_close(wd.grad().cpu(), wc.grad(), 1e-5, "batch_norm: the weight's gradient");
+    expect_close(bd.grad().cpu(), bc.grad(), 1e-5, "batch_norm: the bias's gradient");
+  }
+  const Tensor<float> wrong = randn<float>({3}, &g).to(kCuda0);
+  CHECK_THROWS_WITH_AS(nn::functional::batch_norm(x.to(kCuda0), {}, {}, wrong, {}, true),
+                       "batch_norm: weight and bias need 4 values, got shape [3]", ShapeError);
+
+  expect_same(x, [&](const Tensor<float>& t) {
+    return nn::functional::layer_norm(t, {4, 3}, w.reshape({4, 1}).expand({4, 3}).contiguous().to(t.device()));
+  }, 1e-5, "layer_norm");
+  const Tensor<float> x8 = randn<float>({3, 8, 5}, &g);
+  nn::GroupNorm host(4, 8), device(4, 8);
+  copy_state(host, device);
+  expect_same(x8, [&](const Tensor<float>& t) { return t.is_cuda() ? device(t) : host(t); }, 1e-5, "GroupNorm(4, 8)");
+  expect_same_state(device, host, 1e-5, "GroupNorm(4, 8)");
+}
+
+TEST_CASE("the Fashion-MNIST CNN's layers after a convolution train on the device as on the CPU" * no_device()) {
+  // BatchNorm2d, ReLU, MaxPool2d(2), Flatten, Linear, cross_entropy (examples/fashion_mnist/model.hpp, the
+  // convolutions aside): the loss, every parameter's gradient, the running statistics, over three SGD steps.
+  Generator g(25);
+  const auto make = [] { return nn::Sequential(nn::BatchNorm2d(4), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(36, 10)); };
+  nn::Sequential host = make(), device = make();
+  copy_state(host, device);
+  const Tensor<float> x = randn<float>({8, 4, 7, 6}, &g);
+  const Tensor<int64_t> labels = argmax(randn<float>({8, 10}, &g), 1);
+  for (int step = 0; step < 3; ++step) {
+    const std::string what = detail::cat("step ", step);
+    host->zero_grad();
+    device->zero_grad();
+    const Tensor<float> lc = nn::functional::cross_entropy(host(x), labels);
+    const Tensor<float> ld = nn::functional::cross_entropy(device(x.to(kCuda0)), labels.to(kCuda0));
+    REQUIRE(ld.is_cuda());
+    expect_close(ld.detach().cpu(), lc.detach(), 1e-5, what + ": the loss");
+    lc.backward();
+    ld.backward();
+    expect_same_state(device, host, 1e-5, what);
+    NoGradGuard no_grad;
+    for (auto* m : {&host, &device})
+      for (Tensor<float>& p : (*m)->parameters()) p -= p.grad() * 0.1f;
+  }
+  host->eval();
+  device->eval();
+  expect_close(device(x.to(kCuda0)).detach().cpu(), host(x).detach(), 1e-5, "evaluation after training");
+}
+
+}  // namespace test_cuda_emulated_nn
