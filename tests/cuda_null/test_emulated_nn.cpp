@@ -148,6 +148,10 @@ TEST_CASE("BatchNorm2d on the device: training (batch statistics, running statis
   host->eval();
   device->eval();
   step(randn<float>({2, 3, 4, 4}, &g), "evaluation");
+  CHECK_THROWS_WITH_AS(host(randn<float>({2, 3, 4, 4}, &g).to(kCuda0)),
+                       "batch_norm: running_mean is on cpu, the input of shape [2, 3, 4, 4] on cuda:0; move them to one "
+                       "device first (Module::to)",
+                       std::invalid_argument);
 }
 
 TEST_CASE("batch_norm, layer_norm and group_norm on the device, functional" * no_device()) {

@@ -41,6 +41,19 @@ Tensor<T> biased_var(const Tensor<T>& x, const Dims& dims, [[maybe_unused]] cons
 }
 
 #ifdef KILN_WITH_CUDA
+// batch_norm's defined tensors on x's device (a module left on the CPU for a CUDA input is the usual slip).
+template <Dtype T>
+void check_batch_norm_devices(const Tensor<T>& x, const Tensor<T>& running_mean, const Tensor<T>& running_var,
+                              const Tensor<T>& weight, const Tensor<T>& bias) {
+  const std::pair<const char*, const Tensor<T>*> tensors[] = {
+      {"running_mean", &running_mean}, {"running_var", &running_var}, {"weight", &weight}, {"bias", &bias}};
+  for (const auto& [name, t] : tensors)
+    if (t->defined())
+      check<std::invalid_argument>(t->device() == x.device(), "batch_norm: ", name, " is on ", t->device().str(),
+                                   ", the input of shape ", x.shape(), " on ", x.device().str(),
+                                   "; move them to one device first (Module::to)");
+}
+
 // Training-mode batch norm of a CUDA tensor x [N, C, ...] as reductions and expressions (batch_norm_training's node
 // works in host memory), so autograd differentiates it on the device; the running statistics move as on the CPU.
 template <Dtype T>
@@ -113,6 +126,9 @@ Tensor<T> batch_norm(const Tensor<T>& x, Tensor<T> running_mean, Tensor<T> runni
   check<ShapeError>(x.dim() >= 2, "batch_norm: input must have a channel dim 1, got shape ", x.shape());
   const int64_t c = x.size(1);
   const Shape cs = detail::channel_shape(c, x.dim());
+#ifdef KILN_WITH_CUDA
+  detail::check_batch_norm_devices(x, running_mean, running_var, weight, bias);
+#endif
   if (training) {
     check<std::invalid_argument>(replica_sum || x.numel() / c > 1,
                                  "batch_norm: expected more than 1 value per channel in training, got input ", x.shape());
