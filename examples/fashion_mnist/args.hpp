@@ -1,6 +1,9 @@
 #pragma once
 // Command-line options of the Fashion-MNIST example; a bad argument throws command_line::ArgsError with the reason.
+#include <stdexcept>
 #include <string>
+
+#include "kiln/core/device.hpp"
 
 #include "../command_line.hpp"
 
@@ -22,6 +25,7 @@ struct Args {
   bool resume = false;
   bool quiet = false;  // no progress bar, one line per epoch
   bool distributed = false;  // data-parallel under mpirun (replicas.hpp)
+  std::string device = "cpu";  // --device cpu|cuda|cuda:N
   std::string amp;  // --amp bf16|fp16: forward and loss under autocast; fp16 with a GradScaler ("": float)
   std::string export_png_dir;  // --export-png DIR N: write N test images as PNG files instead of training
   int64_t export_png_count = 0;
@@ -30,13 +34,14 @@ struct Args {
 inline constexpr const char* kUsage =
     "usage: fashion_mnist [--epochs N] [--threads N] [--workers N] [--batch-size N] [--lr X]\n"
     "                     [--schedule onecycle|constant] [--seed N] [--data DIR] [--out DIR]\n"
-    "                     [--limit-batches N] [--resume] [--quiet] [--amp bf16|fp16]\n"
+    "                     [--limit-batches N] [--resume] [--quiet] [--amp bf16|fp16] [--device cpu|cuda[:N]]\n"
     "       mpirun -np N fashion_mnist --distributed [options]   (--batch-size is the global batch)\n"
     "       fashion_mnist --export-png DIR N [--data DIR]\n"
     "Trains a CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), evaluates on the test set and writes\n"
     "a checkpoint each epoch (OUT/checkpoint.safetensors) and the curves (OUT/curves.svg).\n"
     "--amp runs the forward pass and the loss under autocast (convolutions and linear layers in bfloat16 or\n"
     "float16, the rest in float); fp16 adds a GradScaler. On this CPU it costs time (docs/amp.md).\n"
+    "--device cuda trains on a GPU (the program loads the CUDA driver, NVRTC and cuBLAS at run time).\n"
     "--export-png writes the first N test images as PNG files DIR/<index>_<class>.png (requests for\n"
     "examples/serve) and trains nothing.\n";
 
@@ -60,6 +65,14 @@ inline Args parse_args(int argc, char** argv) {
     else if (flag == "--resume") a.resume = true;
     else if (flag == "--quiet") a.quiet = true;
     else if (flag == "--distributed") a.distributed = true;
+    else if (flag == "--device") {
+      a.device = f.value();
+      try {
+        (void)kiln::Device(a.device);
+      } catch (const std::invalid_argument&) {
+        throw ArgsError("--device expects cpu, cuda or cuda:N, got \"" + a.device + "\"");
+      }
+    }
     else if (flag == "--amp") {
       a.amp = f.value();
       if (a.amp != "bf16" && a.amp != "fp16") throw ArgsError("--amp expects bf16 or fp16, got \"" + a.amp + "\"");
@@ -69,6 +82,9 @@ inline Args parse_args(int argc, char** argv) {
       a.export_png_count = f.number<int64_t>(1);
     } else f.unknown();
   }
+  const bool cuda = a.device != "cpu";
+  if (cuda && a.distributed) throw ArgsError("--distributed trains on CPU ranks (MPI); it does not take --device cuda yet");
+  if (cuda && !a.amp.empty()) throw ArgsError("--amp is for the CPU here; it does not take --device cuda yet");
   return a;
 }
 

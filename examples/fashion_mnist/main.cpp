@@ -3,6 +3,7 @@
 // continues from the checkpoint exactly where it stopped (same threads: bitwise the same steps).
 //
 //   fashion_mnist --epochs 3 --threads 2          (fashion_mnist --help for every option)
+//   fashion_mnist --device cuda                   (on a GPU: the model, each batch and the optimizer's state there)
 //   mpirun -np 2 fashion_mnist --distributed      (data-parallel with SyncBatchNorm: replicas.hpp)
 #include <cctype>
 #include <cmath>
@@ -55,7 +56,19 @@ AutocastGuard amp_scope(const Args& args) {
   return AutocastGuard(kCPU, args.amp == "fp16" ? kHalf : kBFloat16, !args.amp.empty());
 }
 
-double evaluate(nn::Sequential& net, const Split& test, const Args& args) {
+// --device as a kiln::Device, refused with the reason where this machine (or this build) has no such device.
+Device training_device(const Args& args) {
+  const Device device(args.device);
+#ifdef KILN_WITH_CUDA
+  check(device.is_cpu() || (cuda::is_available() && device.index() < cuda::device_count()), "--device ", args.device,
+        ": this machine has no such CUDA device (", cuda::is_available() ? cuda::device_count() : 0, " found)");
+#else
+  check(device.is_cpu(), "--device ", args.device, ": this build has no CUDA support (build with -DKILN_WITH_CUDA)");
+#endif
+  return device;
+}
+
+double evaluate(nn::Sequential& net, const Split& test, const Args& args, Device device) {
   NoGradGuard no_grad;
   const AutocastGuard amp = amp_scope(args);
   net->eval();
@@ -63,7 +76,7 @@ double evaluate(nn::Sequential& net, const Split& test, const Args& args) {
   constexpr int64_t kBatch = 1000;
   for (int64_t i = 0; i < test.images.size(0); i += kBatch) {
     const int64_t n = std::min(kBatch, test.images.size(0) - i);
-    right += correct(net(test.images.narrow(0, i, n)), test.labels.narrow(0, i, n));
+    right += correct(net(test.images.narrow(0, i, n).to(device)), test.labels.narrow(0, i, n).to(device));
   }
   net->train();
   return double(right) / double(test.images.size(0));
@@ -105,6 +118,8 @@ int run(const Args& args) {
   manual_seed(args.seed);
   nn::Sequential net = make_model();
   Replicas replicas(args.distributed, net);  // --distributed: rank 0's parameters on every rank
+  const Device device = training_device(args);
+  net->to(device);  // (before the optimizer: its state is made where the parameters are)
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   set_num_threads(args.threads > 0 ? args.threads : std::max(1, cores / replicas.size()));
   Split train, test;
@@ -156,8 +171,8 @@ int run(const Args& args) {
     if (replicas.main()) std::printf("resumed from %s after epoch %d\n", checkpoint_path.c_str(), start_epoch);
   }
   if (replicas.main())
-    std::printf("kiln %s, SIMD %s, %d ranks of %d threads, %d loader workers: %lld training images, %lld test images\n",
-                kiln::version(), simd_target(), replicas.size(), get_num_threads(), args.workers,
+    std::printf("kiln %s, SIMD %s, %d ranks of %d threads, %d loader workers, on %s: %lld training images, %lld test images\n",
+                kiln::version(), simd_target(), replicas.size(), get_num_threads(), args.workers, device.str().c_str(),
                 (long long)train.images.size(0), (long long)test.images.size(0));
 
   for (int epoch = start_epoch; epoch < args.epochs; ++epoch) {
@@ -169,10 +184,11 @@ int run(const Args& args) {
     for (auto& batch : loader) {
       opt.zero_grad();
       Tensor<float> logits, loss;
+      const Tensor<int64_t> target = batch.target.to(device);
       {
         const AutocastGuard amp = amp_scope(args);
-        logits = replicas.forward(batch.data);
-        loss = F::cross_entropy(logits, batch.target);
+        logits = replicas.forward(batch.data.to(device));
+        loss = F::cross_entropy(logits, target);
       }
       scaler.scale(loss).backward();
       scaler.step(opt);
@@ -180,7 +196,7 @@ int run(const Args& args) {
       if (schedule) schedule->step();
       const double l = loss.item();
       loss_sum += l * double(batch.target.numel());
-      right += correct(logits.detach(), batch.target);
+      right += correct(logits.detach(), target);
       seen += batch.target.numel();
       interval_loss += l;
       if (++interval == log_every) {
@@ -196,7 +212,7 @@ int run(const Args& args) {
     std::vector<double> totals{loss_sum, double(right), double(seen)};  // over all ranks
     replicas.sum(totals);
     loss_sum = totals[0], right = int64_t(totals[1]), seen = int64_t(totals[2]);
-    const double accuracy = evaluate(net, test, args);
+    const double accuracy = evaluate(net, test, args, device);
     curves.accuracy.push_back(accuracy);
     if (!replicas.main()) continue;  // rank 0 reports and writes
     std::printf("epoch %d/%d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.1f s (%.0f img/s)\n",

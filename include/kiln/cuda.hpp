@@ -7,8 +7,9 @@
 // and its fused backward (codegen.hpp, descriptor.hpp), NVRTC compilation to cubins (nvrtc.hpp), the kernel
 // cache in memory and on disk (kernel_cache.hpp), the caching allocator (allocator.hpp), the driver's device
 // queries (driver.hpp), device memory and kernel launches through the driver (runtime.hpp), and CUDA tensors'
-// memory: t.cuda(), t.to(device), t.cpu() (tensor_hooks.hpp). Ops on CUDA tensors are not yet (they are refused
-// with the reason).
+// memory: t.cuda(), t.to(device), t.cpu() (tensor_hooks.hpp). Ops, autograd and training on CUDA tensors need the
+// build-wide -DKILN_WITH_CUDA, with which <kiln/kiln.hpp> includes this header and the rest of the backend
+// (docs/cuda.md).
 #include "kiln/cuda/allocator.hpp"
 #include "kiln/cuda/codegen.hpp"
 #include "kiln/cuda/descriptor.hpp"

@@ -22,6 +22,8 @@ class Device {
   Device(DeviceType type = kCPU, int index = -1) : type_(type), index_(type == kCUDA && index < 0 ? 0 : index) {
     check<std::invalid_argument>(type == kCUDA || index <= 0, "kiln::Device: the CPU has no device ", index);
   }
+  // "cpu", "cuda" or "cuda:N", as libtorch's Device("cuda:1"); anything else is refused naming it.
+  explicit Device(const std::string& spec) : Device(parse(spec)) {}
   DeviceType type() const { return type_; }
   int index() const { return index_; }
   bool is_cpu() const { return type_ == kCPU; }
@@ -30,6 +32,16 @@ class Device {
   friend bool operator==(const Device&, const Device&) = default;
 
  private:
+  static Device parse(const std::string& spec) {
+    if (spec == "cpu") return Device(kCPU);
+    if (spec == "cuda") return Device(kCUDA);
+    const std::string digits = spec.rfind("cuda:", 0) == 0 ? spec.substr(5) : "";
+    check<std::invalid_argument>(!digits.empty() && digits.size() <= 4 &&
+                                     digits.find_first_not_of("0123456789") == std::string::npos,
+                                 "kiln::Device: \"", spec, "\" is not a device (cpu, cuda or cuda:N)");
+    return Device(kCUDA, std::stoi(digits));
+  }
+
   DeviceType type_;
   int index_;
 };

@@ -10,8 +10,8 @@
 // by the CPU code it reaches. Each expression type keeps its kernels per loop variant, so a warm evaluation
 // generates no source; the kernel cache and the context skip the compile and the module load.
 //
-// Not yet on CUDA: autograd through these evaluations (refused with the reason), matmul and the rest of the ops
-// (refused by the CPU code they reach: core/tensor_impl.hpp).
+// Autograd through these evaluations: cuda/autograd.hpp. Ops without a CUDA path are refused by the CPU code they
+// reach (core/tensor_impl.hpp).
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -124,7 +124,7 @@ void cuda_assign_all(const std::array<std::shared_ptr<TensorImpl>, K>& dst, cons
 template <cuda::Reduce R, Dtype Out, class E>
 Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const char* op, Device device) {
   check_versions(e);
-  auto out = cuda_empty<Out>(rd.out, device);
+  auto out = TensorImpl::allocate(rd.out, scalar_type_of<Out>(), op, device);
   if (out->numel() == 0) return Tensor<Out>(out);
   const Dims dims = reduced_dims(in, rd);
   Shape kept;
@@ -142,7 +142,7 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
 // softmax or log_softmax of a CUDA tensor along dim, as the CPU's (a row whose max is not finite gives NaN).
 template <bool kLog, Dtype T>
 Tensor<T> cuda_softmax(const Tensor<T>& in, int dim, const char* op) {
-  auto out = cuda_empty<T>(in.shape(), in.device());
+  auto out = TensorImpl::allocate(in.shape(), scalar_type_of<T>(), op, in.device());
   if (out->numel() == 0) return Tensor<T>(out);
   const Leaf<T> e(in.impl_ptr());
   const cuda::ReductionVariant variant = cuda::reduction_variant(in.shape(), {dim}, e);

@@ -16,11 +16,11 @@ namespace kiln::io::detail {
 // kiln's tensors hold their elements in the machine's byte order, and the file formats store little-endian.
 static_assert(std::endian::native == std::endian::little, "kiln::io: the file formats need a little-endian machine");
 
-// The tensor's elements in C order: the tensor itself when contiguous, else a contiguous copy. The copy records
-// no autograd graph: it is only read.
+// The tensor's elements in C order in host memory: the tensor itself when contiguous on the host, else a contiguous
+// copy (a CUDA tensor's copied to the host, as torch.save does). The copy records no autograd graph: it is only read.
 inline AnyTensor dense(const AnyTensor& t) {
   NoGradGuard no_grad;
-  return t.contiguous();
+  return t.visit([](const auto& typed) { return AnyTensor(typed.cpu().contiguous()); });
 }
 
 // The element count of a shape read from a file. Refuses negative sizes, and sizes whose product overflows int64

@@ -66,9 +66,9 @@ class AdamBase : public Optimizer<Options, T> {
     if (state.empty()) return;
     State& s = state_[p.impl_ptr().get()];
     s.step = this->loaded_step(state);
-    s.m = this->loaded_tensor(state, "exp_avg");
-    s.v = this->loaded_tensor(state, "exp_avg_sq");
-    if (state.contains("max_exp_avg_sq")) s.vmax = this->loaded_tensor(state, "max_exp_avg_sq");
+    s.m = this->loaded_tensor(state, "exp_avg", p);
+    s.v = this->loaded_tensor(state, "exp_avg_sq", p);
+    if (state.contains("max_exp_avg_sq")) s.vmax = this->loaded_tensor(state, "max_exp_avg_sq", p);
   }
   std::vector<std::string> state_names(const Options& o) const override {
     if (o.amsgrad()) return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};

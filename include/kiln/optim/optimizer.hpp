@@ -148,9 +148,9 @@ class Optimizer {
   // The names a parameter's state holds under these options; a loaded state must have these (or none).
   virtual std::vector<std::string> state_names(const Options& options) const = 0;
 
-  // A state tensor for `param` loaded from a checkpoint: a contiguous copy of T values.
-  static Tensor<T> loaded_tensor(const ParamState& state, const std::string& name) {
-    return state.at(name).template as<T>().clone();
+  // A state tensor for `param` loaded from a checkpoint: a contiguous copy of T values on the parameter's device.
+  static Tensor<T> loaded_tensor(const ParamState& state, const std::string& name, const Tensor<T>& param) {
+    return state.at(name).template as<T>().clone().to(param.device());
   }
   static int64_t loaded_step(const ParamState& state) { return state.at("step").template as<int64_t>().item(); }
 

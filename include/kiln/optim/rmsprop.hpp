@@ -48,9 +48,9 @@ class RMSprop : public Optimizer<RMSpropOptions, T> {
     state_.erase(p.impl_ptr().get());
     if (state.empty()) return;
     State& s = state_[p.impl_ptr().get()];
-    s.v = this->loaded_tensor(state, "square_avg");
-    if (state.contains("grad_avg")) s.a = this->loaded_tensor(state, "grad_avg");
-    if (state.contains("momentum_buffer")) s.b = this->loaded_tensor(state, "momentum_buffer");
+    s.v = this->loaded_tensor(state, "square_avg", p);
+    if (state.contains("grad_avg")) s.a = this->loaded_tensor(state, "grad_avg", p);
+    if (state.contains("momentum_buffer")) s.b = this->loaded_tensor(state, "momentum_buffer", p);
   }
   std::vector<std::string> state_names(const RMSpropOptions& o) const override {
     std::vector<std::string> names{"square_avg"};

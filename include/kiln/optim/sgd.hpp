@@ -36,7 +36,7 @@ class SGD : public Optimizer<SGDOptions, T> {
   }
   void set_param_state(const Tensor<T>& p, const ParamState& state) override {
     momentum_.erase(p.impl_ptr().get());
-    if (!state.empty()) momentum_.emplace(p.impl_ptr().get(), this->loaded_tensor(state, "momentum_buffer"));
+    if (!state.empty()) momentum_.emplace(p.impl_ptr().get(), this->loaded_tensor(state, "momentum_buffer", p));
   }
   std::vector<std::string> state_names(const SGDOptions& o) const override {
     if (o.momentum() == 0) return {};
