@@ -3,13 +3,13 @@
 #include <stdexcept>
 #include <string>
 
-#include "kiln/core/device.hpp"
-
 #include "../command_line.hpp"
+#include "../device_flag.hpp"
 
 namespace fashion_mnist {
 
 using command_line::ArgsError;
+using command_line::device_flag;
 
 struct Args {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
@@ -65,14 +65,7 @@ inline Args parse_args(int argc, char** argv) {
     else if (flag == "--resume") a.resume = true;
     else if (flag == "--quiet") a.quiet = true;
     else if (flag == "--distributed") a.distributed = true;
-    else if (flag == "--device") {
-      a.device = f.value();
-      try {
-        (void)kiln::Device(a.device);
-      } catch (const std::invalid_argument&) {
-        throw ArgsError("--device expects cpu, cuda or cuda:N, got \"" + a.device + "\"");
-      }
-    }
+    else if (flag == "--device") a.device = device_flag(f.value());
     else if (flag == "--amp") {
       a.amp = f.value();
       if (a.amp != "bf16" && a.amp != "fp16") throw ArgsError("--amp expects bf16 or fp16, got \"" + a.amp + "\"");

@@ -56,18 +56,6 @@ AutocastGuard amp_scope(const Args& args) {
   return AutocastGuard(kCPU, args.amp == "fp16" ? kHalf : kBFloat16, !args.amp.empty());
 }
 
-// --device as a kiln::Device, refused with the reason where this machine (or this build) has no such device.
-Device training_device(const Args& args) {
-  const Device device(args.device);
-#ifdef KILN_WITH_CUDA
-  check(device.is_cpu() || (cuda::is_available() && device.index() < cuda::device_count()), "--device ", args.device,
-        ": this machine has no such CUDA device (", cuda::is_available() ? cuda::device_count() : 0, " found)");
-#else
-  check(device.is_cpu(), "--device ", args.device, ": this build has no CUDA support (build with -DKILN_WITH_CUDA)");
-#endif
-  return device;
-}
-
 double evaluate(nn::Sequential& net, const Split& test, const Args& args, Device device) {
   NoGradGuard no_grad;
   const AutocastGuard amp = amp_scope(args);
@@ -118,7 +106,7 @@ int run(const Args& args) {
   manual_seed(args.seed);
   nn::Sequential net = make_model();
   Replicas replicas(args.distributed, net);  // --distributed: rank 0's parameters on every rank
-  const Device device = training_device(args);
+  const Device device = command_line::training_device(args.device);
   net->to(device);  // (before the optimizer: its state is made where the parameters are)
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   set_num_threads(args.threads > 0 ? args.threads : std::max(1, cores / replicas.size()));

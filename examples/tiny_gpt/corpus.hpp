@@ -75,7 +75,8 @@ inline Corpus make_corpus(const std::string& text, std::string vocab = {}) {
 struct Batch {
   Tensor<int64_t> x, y;
 };
-inline Batch sample_batch(const Tensor<int64_t>& stream, int64_t batch, int64_t block, kiln::Generator& gen) {
+inline Batch sample_batch(const Tensor<int64_t>& stream, int64_t batch, int64_t block, kiln::Generator& gen,
+                          kiln::Device device = kiln::kCPU) {
   const Tensor<int64_t> offsets = kiln::randint(0, stream.numel() - block - 1, {batch}, &gen);
   Batch b{kiln::empty<int64_t>({batch, block}), kiln::empty<int64_t>({batch, block})};
   for (int64_t i = 0; i < batch; ++i) {
@@ -83,7 +84,7 @@ inline Batch sample_batch(const Tensor<int64_t>& stream, int64_t batch, int64_t 
     std::copy(src, src + block, b.x.data_ptr() + i * block);
     std::copy(src + 1, src + block + 1, b.y.data_ptr() + i * block);
   }
-  return b;
+  return {b.x.to(device), b.y.to(device)};
 }
 
 }  // namespace tiny_gpt

@@ -29,7 +29,7 @@ double validation_loss(GPT& model, const Corpus& corpus, const Args& a) {
   Generator gen(12345);
   double total = 0;
   for (int64_t i = 0; i < a.eval_batches; ++i) {
-    const Batch b = sample_batch(corpus.val, a.batch_size, a.block, gen);
+    const Batch b = sample_batch(corpus.val, a.batch_size, a.block, gen, model->parameters().front().device());
     total += next_token_loss(model, b.x, b.y).item();
   }
   model->train();
@@ -71,12 +71,9 @@ class Progress {
 };
 
 int run(const Args& a) {
-  if (a.device == "cuda") {
-    std::fprintf(stderr, "tiny_gpt: --device cuda: kiln's CUDA backend is not part of this version yet; run on the CPU\n");
-    return 1;
-  }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it comes, also into a pipe or log file
   set_num_threads(a.threads > 0 ? a.threads : int(std::max(1u, std::thread::hardware_concurrency())));
+  const Device device = command_line::training_device(a.device);
   const fs::path checkpoint_path = fs::path(a.out_dir) / "checkpoint.safetensors";
   std::string text;
   try {
@@ -99,6 +96,8 @@ int run(const Args& a) {
   GPT model(config);
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
+  if (saved) model->load_state_dict(saved->section<float>("model"));
+  model->to(device);  // (before the optimizer: its state is made where the parameters are)
   optim::AdamW opt(model->parameters(), optim::AdamWOptions(a.lr).weight_decay(a.weight_decay).betas(0.9, 0.95));
   const int64_t warmup = std::min(a.warmup, std::max<int64_t>(a.steps - 1, 0));
   optim::SequentialLR schedule(opt, {std::make_shared<optim::LinearLR>(opt, 1e-2, 1.0, std::max<int64_t>(warmup, 1)),
@@ -111,7 +110,6 @@ int run(const Args& a) {
               saved->scalar<int64_t>("config.heads") == a.heads && saved->scalar<int64_t>("config.block") == a.block &&
               saved->scalar<int64_t>("config.steps") == a.steps,
           checkpoint_path.string(), ": saved by a run with another model size, --block or --steps");
-    model->load_state_dict(saved->section<float>("model"));
     opt.load_state_dict(saved->section("optimizer"));
     schedule.load_state_dict(saved->section("scheduler"));
     saved->restore("generator", default_generator());
@@ -119,9 +117,9 @@ int run(const Args& a) {
     start = saved->scalar<int64_t>("step");
     std::printf("resumed from %s at step %lld\n", checkpoint_path.c_str(), (long long)start);
   }
-  std::printf("kiln %s, SIMD %s, %d threads: %zu characters (%zu train, %zu validation), vocabulary %zu, "
+  std::printf("kiln %s, SIMD %s, %d threads, on %s: %zu characters (%zu train, %zu validation), vocabulary %zu, "
               "GPT %lld layers x %lld heads x %lld, %lld parameters\n",
-              kiln::version(), simd_target(), get_num_threads(), text.size(), size_t(corpus.train.numel()),
+              kiln::version(), simd_target(), get_num_threads(), device.str().c_str(), text.size(), size_t(corpus.train.numel()),
               size_t(corpus.val.numel()), corpus.vocab.size(), (long long)a.layers, (long long)a.heads,
               (long long)a.embed, (long long)params);
   if (start == 0 && a.steps > 0) std::printf("step 0: validation loss %.4f\n", validation_loss(model, corpus, a));
@@ -130,7 +128,7 @@ int run(const Args& a) {
   bar.restart(start + 1);
   int64_t tokens = 0;
   for (int64_t step = start + 1; step <= a.steps; ++step) {
-    const Batch b = sample_batch(corpus.train, a.batch_size, a.block, batches);
+    const Batch b = sample_batch(corpus.train, a.batch_size, a.block, batches, device);
     opt.zero_grad();
     Tensor<float> loss = next_token_loss(model, b.x, b.y);
     loss.backward();

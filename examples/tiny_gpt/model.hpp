@@ -65,7 +65,7 @@ class GPTImpl : public nn::Module {
     check<ShapeError>(idx.dim() == 2 && t >= 1 && t <= config.block, "GPT: expected token ids [B, T] with T <= ",
                       config.block, ", got ", idx.shape());
     if (causal_.Lq != t) causal_ = attention::create_block_mask(attention::causal(), 1, 1, t, t, 64, 64);
-    Tensor<float> x(tok->forward(idx) + pos->forward(arange<int64_t>(t)));
+    Tensor<float> x(tok->forward(idx) + pos->forward(arange<int64_t>(t).to(idx.device())));
     x = nn::functional::dropout(x, config.dropout, is_training());
     for (const auto& b : blocks) x = b->forward(x, causal_);
     return head->forward(ln_f->forward(x));

@@ -2,7 +2,9 @@
 // values and every gradient compared. In CI on the emulated device (tests/meson.build), on a GPU by tests/gpu/run.sh.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "kiln/cuda.hpp"
@@ -85,6 +87,17 @@ TEST_CASE("reductions, softmax and views: their backward formulas run on the dev
   expect_same_gradients({x, y}, {true, true}, [](const auto& t) {
     return Tensor<float>(sum(softmax(t[0], 2) * t[1]) + sum(log_softmax(t[1], 1) * t[0]));
   }, 1e-5, "softmax, log_softmax");
+  expect_same_gradients({x, y}, {true, true}, [](const auto& t) {
+    return Tensor<float>(norm(t[0]) + sum(norm(t[1] * t[0], 1, {1})) + norm(t[1], 3.5) +
+                         norm(t[0], std::numeric_limits<double>::infinity()) + norm(t[1], 0));
+  }, 1e-5, "norm, p = 2, 1 along a dim, 3.5, inf, 0");
+  // clip_grad_norm_ sums the norms on the device and scales the gradients there.
+  std::vector<Tensor<float>> params = {x.cuda().requires_grad_(), y.cuda().requires_grad_()};
+  sum(params[0] * params[1] * 10.0f).backward();
+  const double want = std::sqrt(double(sum(square(y * 10.0f)).item()) + double(sum(square(x * 10.0f)).item()));
+  CHECK(optim::clip_grad_norm_(params, 1.0) == doctest::Approx(want).epsilon(1e-6));
+  CHECK(params[0].grad().is_cuda());
+  CHECK(double(norm(params[0].grad()).item()) == doctest::Approx(std::sqrt(double(sum(square(y * 10.0f)).item())) / want).epsilon(1e-5));
   expect_same_gradients({x}, {true}, [](const auto& t) {
     const Tensor<float> v = t[0].transpose(0, 2).slice(1, 1, 4);  // a strided copy back, a zeroed base
     return Tensor<float>(sum(v * v.flatten().reshape(v.shape())) + sum(t[0].unsqueeze(0).expand({3, 4, 5, 9}) * 2.0f));

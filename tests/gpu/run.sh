@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine (the device tool): the device tests and the GPU benchmarks that tests/gpu/build.sh built into
 # build-gpu/, their output written under $OUT (./gpu-out when unset): nvidia-smi.txt, device_tests.txt,
-# gpu_bench.txt and summary.txt. Uses the machine's CUDA driver, NVRTC and cuBLAS (libnvrtc.so.13, libcublas.so.13:
-# /usr/local/cuda/lib64, else the cuBLAS of the machine's Python packages, nvidia-cublas).
-# Sized to finish well within 5 minutes on one H200 (each step has its own timeout).
+# gpu_bench.txt, the examples' logs and summary.txt. Uses the machine's CUDA driver, NVRTC and cuBLAS
+# (libnvrtc.so.13, libcublas.so.13: /usr/local/cuda/lib64, else the cuBLAS of the machine's Python packages,
+# nvidia-cublas).
+# Sized to finish within about 5 minutes on one H200 (each step has its own timeout; the CPU runs of the examples
+# use the machine's 16 cores).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-out}"
@@ -21,6 +23,17 @@ timeout 180 build-gpu/device_tests --duration=true > "$out/device_tests.txt" 2>&
 echo "device_tests: exit $?" > "$out/summary.txt"
 timeout 180 build-gpu/gpu_bench > "$out/gpu_bench.txt" 2>&1
 echo "gpu_bench: exit $?" >> "$out/summary.txt"
+# The examples: the same 300 Fashion-MNIST batches and 200 tiny_gpt steps on the GPU and on the CPU (the test
+# accuracy and losses should agree to about a percent: the GPU's sums run in another order).
+data=build-gpu/data
+for device in cuda cpu; do
+  timeout 120 build-gpu/fashion_mnist --device "$device" --data "$data/fashion-mnist" --epochs 1 --limit-batches 300 \
+    --schedule constant --quiet --out "$out/fashion_mnist_$device" > "$out/fashion_mnist_$device.txt" 2>&1
+  echo "fashion_mnist --device $device: exit $?; $(tail -n 2 "$out/fashion_mnist_$device.txt" | tr '\n' ' ')" >> "$out/summary.txt"
+  timeout 120 build-gpu/tiny_gpt --device "$device" --data "$data/fortunes" --steps 200 --eval-every 100 --quiet \
+    --sample-chars 200 --out "$out/tiny_gpt_$device" > "$out/tiny_gpt_$device.txt" 2>&1
+  echo "tiny_gpt --device $device: exit $?; $(grep 'validation loss' "$out/tiny_gpt_$device.txt" | tr '\n' ' ')" >> "$out/summary.txt"
+done
 tail -n 3 "$out/device_tests.txt" >> "$out/summary.txt"
 cat "$out/gpu_bench.txt" >> "$out/summary.txt"
 cat "$out/summary.txt"

@@ -65,7 +65,11 @@ auto create_block_mask(const F& mask, int64_t B, int64_t H, int64_t Lq, int64_t 
                                "create_block_mask: B = ", B, ", H = ", H, ", Lq = ", Lq, ", Lkv = ", Lkv,
                                ", blocks ", q_block, " x ", kv_block, ": sizes must be positive");
   BlockMask<M> bm(as_mask_mod(mask));
-  check_exact_in<float>(bm.mask_mod, {B, H, Lq, Lkv}, "create_block_mask");  // (evaluated in float below)
+  // The states are evaluated on the CPU: over host copies of the tensors the mask reads where they are on a CUDA
+  // device (the block mask keeps the tensors themselves, for the kernels).
+  M host_mask = bm.mask_mod;
+  host_mask.each_captured([](auto& gather) { gather.table = gather.table.cpu(); });
+  check_exact_in<float>(host_mask, {B, H, Lq, Lkv}, "create_block_mask");  // (evaluated in float below)
   bm.B = (M::uses & kB) ? B : 1;
   bm.H = (M::uses & kH) ? H : 1;
   bm.Lq = Lq;
@@ -87,7 +91,7 @@ auto create_block_mask(const F& mask, int64_t B, int64_t H, int64_t Lq, int64_t 
     for (int64_t q = q0; q < q1; ++q)
       for (int64_t k = k0; k < k1; k += N) {
         auto p = detail::make_point(d, b, h, q, k, k1);
-        live += int64_t(hn::CountTrue(d, hn::And(p.live, bm.mask_mod.value(d, p, env))));
+        live += int64_t(hn::CountTrue(d, hn::And(p.live, host_mask.value(d, p, env))));
       }
     bad_index = bad_index || env.bad_index;
     // Only a tile inside both sequences can be full: the kernels mask a tail tile's missing keys.

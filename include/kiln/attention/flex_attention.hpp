@@ -38,6 +38,19 @@ struct AttentionOutput {
 namespace detail {
 namespace flex = kiln::HWY_NAMESPACE::flex;
 
+#ifdef KILN_WITH_CUDA
+// On the device (attention/flex_device.hpp, included at the end of this header).
+template <Dtype T, class S, class M>
+void cuda_flex_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const S& score_mod,
+                       const BlockMask<M>& bm, double scale, const Tensor<T>& out, const Tensor<lse_t<T>>& lse);
+template <Dtype T, class S, class M>
+void cuda_flex_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& out,
+                        const Tensor<lse_t<T>>& lse, const Tensor<T>& dout, const Tensor<lse_t<T>>& dlse,
+                        const S& score_mod, const BlockMask<M>& bm, double scale, const Tensor<T>& dq,
+                        const Tensor<T>& dk, const Tensor<T>& dv,
+                        const std::vector<std::pair<const TensorImpl*, Tensor<lse_t<T>>>>& captured);
+#endif
+
 template <Dtype T>
 flex::Rows<T> rows_of(const Tensor<T>& t) {
   return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
@@ -120,16 +133,38 @@ struct FlexAttentionBackward : autograd::Node {
     const Tensor<T> q(q_.unpack(*this)), k(k_.unpack(*this)), v(v_.unpack(*this)), out(out_.unpack(*this));
     const Tensor<A> lse(lse_.unpack(*this));
     for (const CapturedSlot& c : captured_) c.saved.unpack(*this);
-    const Tensor<T> dout = grads[0] ? inner_contiguous(Tensor<T>(grads[0])) : zeros<T>(out.shape());
+    const Tensor<T> dout = grads[0] ? inner_contiguous(Tensor<T>(grads[0])) : zeros_like(out);
     const Tensor<A> dlse = grads.size() > 1 && grads[1] ? Tensor<A>(grads[1]).contiguous() : Tensor<A>();
     // Only the gradients some edge takes are computed (a frozen q, k or v gets none).
-    auto wanted_grad = [&](size_t edge, const Shape& shape) { return next_edges[edge].valid() ? empty<T>(shape) : Tensor<T>(); };
+    auto wanted_grad = [&](size_t edge, const Shape& shape) {
+      return next_edges[edge].valid() ? empty<T>(shape, q.device()) : Tensor<T>();
+    };
     const Tensor<T> dq = wanted_grad(0, q.shape()), dk = wanted_grad(1, {sizes_.B, sizes_.Hkv, sizes_.Lkv, sizes_.D}),
                     dv = wanted_grad(2, {sizes_.B, sizes_.Hkv, sizes_.Lkv, sizes_.Dv});
-    auto data = [](const Tensor<T>& t) { return t.defined() ? t.data_ptr() : nullptr; };
     std::vector<bool> wanted;
     for (size_t s = 0; s < captured_.size(); ++s)
       wanted.push_back(captured_[s].floating() && next_edges[3 + s].valid());
+    for (size_t i = 0; i < 3; ++i) {
+      const Tensor<T>& g = i == 0 ? dq : i == 1 ? dk : dv;
+      if (g.defined()) result[i] = g.impl_ptr();
+    }
+    // Each captured tensor's gradient, from the compute type into its own dtype.
+    const auto captured_grad = [&](size_t s, const auto& gradient) {
+      result[3 + s] = captured_[s].dtype == ScalarType::Float ? gradient.template operator()<float>().impl_ptr()
+                                                              : gradient.template operator()<double>().impl_ptr();
+    };
+#ifdef KILN_WITH_CUDA
+    if (q.is_cuda()) {
+      std::vector<std::pair<const TensorImpl*, Tensor<A>>> cg;
+      for (size_t s = 0; s < captured_.size(); ++s)
+        cg.emplace_back(captured_[s].tensor.get(), wanted[s] ? zeros<A>(captured_[s].tensor->shape, q.device()) : Tensor<A>());
+      cuda_flex_backward(q, k, v, out, lse, dout, dlse, mod_, bm_, scale_, dq, dk, dv, cg);
+      for (size_t s = 0; s < captured_.size(); ++s)
+        if (wanted[s]) captured_grad(s, [&]<Dtype U>() { return cg[s].second.template to<U>(); });
+      return result;
+    }
+#endif
+    auto data = [](const Tensor<T>& t) { return t.defined() ? t.data_ptr() : nullptr; };
     CapturedGrads<A> cg(captured_, wanted);
     const bool ok = flex::backward(rows_of(q), rows_of(k), rows_of(v), out.data_ptr(), lse.data_ptr(), rows_of(dout),
                                    dlse.defined() ? dlse.data_ptr() : nullptr, sizes_, scale_, mod_, bm_, dropout_,
@@ -137,16 +172,8 @@ struct FlexAttentionBackward : autograd::Node {
                                    [&](int thread) { return cg.pointers[size_t(thread)]; });
     check<std::out_of_range>(ok, "flex_attention backward: the score_mod or mask_mod reads a captured tensor out of its "
                                  "bounds or at a fractional index");
-    for (size_t i = 0; i < 3; ++i) {
-      const Tensor<T>& g = i == 0 ? dq : i == 1 ? dk : dv;
-      if (g.defined()) result[i] = g.impl_ptr();
-    }
-    for (size_t s = 0; s < captured_.size(); ++s) {
-      if (!wanted[s]) continue;
-      const Shape& shape = captured_[s].tensor->shape;
-      result[3 + s] = captured_[s].dtype == ScalarType::Float ? cg.template sum<float>(s, shape).impl_ptr()
-                                                              : cg.template sum<double>(s, shape).impl_ptr();
-    }
+    for (size_t s = 0; s < captured_.size(); ++s)
+      if (wanted[s]) captured_grad(s, [&]<Dtype U>() { return cg.template sum<U>(s, captured_[s].tensor->shape); });
     return result;
   }
 
@@ -192,6 +219,8 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
                     " used with q ", query.shape(), " and k ", key.shape());
   check<std::invalid_argument>(o.dropout_p >= 0 && o.dropout_p < 1, "flex_attention: dropout_p must be in [0, 1), got ",
                                o.dropout_p);
+  check<std::invalid_argument>(o.dropout_p == 0 || !query.is_cuda(), "flex_attention: dropout_p = ", o.dropout_p, " on ",
+                               query.device().str(), ": the CUDA kernels have no dropout yet (pass 0, or run on the CPU)");
   // (The block mask's mask_mod was checked by create_block_mask, against float's 2^24, the tighter bound.)
   check_exact_in<A>(score_mod, {g.B, g.Hq, g.Lq, g.Lkv}, "flex_attention");
   const double scale = o.scale.value_or(g.D > 0 ? 1.0 / std::sqrt(double(g.D)) : 1.0);
@@ -203,12 +232,21 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
   }
   const Tensor<T> q = inner_contiguous(query), k = inner_contiguous(key), v = inner_contiguous(value);
   std::vector<CapturedSlot> captured = number_captured(score_mod);
-  Tensor<T> out(TensorImpl::allocate({g.B, g.Hq, g.Lq, g.Dv}, scalar_type_of<T>(), "flex_attention"));
-  Tensor<A> lse(TensorImpl::allocate({g.B, g.Hq, g.Lq}, scalar_type_of<A>(), "flex_attention"));
-  const bool ok =
-      flex::forward(rows_of(q), rows_of(k), rows_of(v), g, scale, score_mod, bm, dropout, out.data_ptr(), lse.data_ptr());
-  check<std::out_of_range>(ok, "flex_attention: the score_mod or mask_mod reads a captured tensor out of its bounds or "
-                               "at a fractional index");
+  const Device device = q.device();
+  check<std::invalid_argument>(k.device() == device && v.device() == device, "flex_attention: q on ", device.str(),
+                               ", k on ", k.device().str(), " and v on ", v.device().str(), "; move them to one device");
+  Tensor<T> out(TensorImpl::allocate({g.B, g.Hq, g.Lq, g.Dv}, scalar_type_of<T>(), "flex_attention", device));
+  Tensor<A> lse(TensorImpl::allocate({g.B, g.Hq, g.Lq}, scalar_type_of<A>(), "flex_attention", device));
+  if (device.is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    cuda_flex_forward(q, k, v, score_mod, bm, scale, out, lse);
+#endif
+  } else {
+    const bool ok =
+        flex::forward(rows_of(q), rows_of(k), rows_of(v), g, scale, score_mod, bm, dropout, out.data_ptr(), lse.data_ptr());
+    check<std::out_of_range>(ok, "flex_attention: the score_mod or mask_mod reads a captured tensor out of its bounds "
+                                 "or at a fractional index");
+  }
   bool needs_grad = autograd::requires_grad(q.impl()) || autograd::requires_grad(k.impl()) ||
                     autograd::requires_grad(v.impl());
   for (const CapturedSlot& c : captured) needs_grad |= autograd::requires_grad(*c.tensor);
@@ -251,3 +289,7 @@ Tensor<T> flex_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>
 }
 
 }  // namespace kiln::attention
+
+#ifdef KILN_WITH_CUDA
+#include "kiln/attention/flex_device.hpp"
+#endif

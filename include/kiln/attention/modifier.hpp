@@ -385,7 +385,7 @@ void check_exact_in(Mod mod, std::initializer_list<int64_t> sizes, const char* w
                                    std::numeric_limits<A>::digits, ", beyond which ", type,
                                    " (the modifiers' compute type) does not hold every index");
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      const Tensor<T> c = t.contiguous();
+      const Tensor<T> c = t.cpu().contiguous();  // (a CUDA tensor's values are read from a host copy)
       for (int64_t i = 0; i < c.numel(); ++i) {
         const T v = c.data_ptr()[i];
         check<std::invalid_argument>(int64_t(v) <= kExact && int64_t(v) >= -kExact, what, ": a captured ",

@@ -100,7 +100,7 @@ class MultiheadAttentionImplT : public Module {
   // PyTorch's module masks say where attention is blocked: an additive -inf there.
   static Tensor<float> blocked(const Tensor<bool>& m) {
     if (!m.defined()) return {};
-    return masked_fill(zeros<float>(m.shape()), m, -std::numeric_limits<float>::infinity());
+    return masked_fill(zeros<float>(m.shape(), m.device()), m, -std::numeric_limits<float>::infinity());
   }
 
   // [L, N, E] (or batch-first [N, L, E]) -> [N, H, L, head_dim], a view where the layout allows.

@@ -50,7 +50,7 @@ MaterializedAttention<T> materialized_attention(const Tensor<T>& q, const Tensor
   const double s = scale.value_or(1 / std::sqrt(double(q.size(3))));
   Tensor<T> scores(matmul(q, detail::repeat_heads(k, hq).transpose(2, 3)) * compute_t<T>(s));
   constexpr auto kNegInf = -std::numeric_limits<float>::infinity();
-  if (is_causal) scores = masked_fill(scores, detail::above_diagonal(q.size(2), k.size(2)), kNegInf);
+  if (is_causal) scores = masked_fill(scores, detail::above_diagonal(q.size(2), k.size(2)).to(q.device()), kNegInf);
   if (attn_mask.defined()) {
     if constexpr (std::is_same_v<Mask, Tensor<bool>>) scores = masked_fill(scores, Tensor<bool>(!attn_mask), kNegInf);
     else scores = Tensor<T>(scores + attn_mask);

@@ -14,13 +14,16 @@ template <Dtype T>
 double clip_grad_norm_(const std::vector<Tensor<T>>& params, double max_norm, double norm_type = 2) {
   NoGradGuard no_grad;
   const bool inf = std::isinf(norm_type);
-  double total = 0;
+  // Summed where the gradients are, as a 0-d double tensor: one copy to the host (not one per parameter on a GPU).
+  Tensor<double> sum;
   for (const Tensor<T>& p : params) {
     const Tensor<T> g = p.grad();
     if (!g.defined()) continue;
-    const double n = double(kiln::detail::untracked_norm(g, norm_type).item());
-    total = inf ? std::max(total, n) : total + std::pow(n, norm_type);
+    const Tensor<double> n = kiln::detail::untracked_norm(g, norm_type).template to<double>();
+    if (!sum.defined()) sum = inf ? n : Tensor<double>(pow(n, norm_type));
+    else sum = inf ? Tensor<double>(maximum(sum, n)) : Tensor<double>(sum + pow(n, norm_type));
   }
+  double total = sum.defined() ? sum.item() : 0.0;
   if (!inf) total = std::pow(total, 1 / norm_type);
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1) {

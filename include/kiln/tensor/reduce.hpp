@@ -398,6 +398,22 @@ auto norm_impl(const E& e, const Shape& in, const Reduction& rd, double p) {
   require_floating<T>();
   constexpr double inf = std::numeric_limits<double>::infinity();
   using F = red::SumFinish;
+#ifdef KILN_WITH_CUDA
+  // On a device: the reduction kernels over each element's term (sums in double), then the root elementwise.
+  if (const std::optional<Device> d = leaves_device(e); d && d->is_cuda()) {
+    using R = cuda::Reduce;
+    if (p == 2) return Tensor<T>(sqrt(cuda_reduce<R::Sum, T>(square(e), in, rd, "norm", *d)));
+    if (p == 1) return cuda_reduce<R::Sum, T>(abs(e), in, rd, "norm", *d);
+    if (p == 0) return cuda_reduce<R::Sum, T>(where(e != V(0), V(1), V(0)), in, rd, "norm", *d);
+    if (p == inf || p == -inf) {
+      check_nonempty(in, rd, "norm");
+      if (p > 0) return cuda_reduce<R::Max, T>(abs(e), in, rd, "norm", *d);
+      return cuda_reduce<R::Min, T>(abs(e), in, rd, "norm", *d);
+    }
+    check(!std::isnan(p), "norm: p must not be NaN");
+    return Tensor<T>(pow(cuda_reduce<R::Sum, T>(pow(abs(e), V(p)), in, rd, "norm", *d), V(1 / p)));
+  }
+#endif
   if (p == 2) return run_reduce<T>(red::SumReducer<V, T, red::SquareT, F::Sqrt>{}, e, in, rd, "norm");
   if (p == 1) return run_reduce<T>(red::SumReducer<V, T, red::AbsT>{}, e, in, rd, "norm");
   if (p == 0) return run_reduce<T>(red::SumReducer<V, T, red::NonZeroT>{}, e, in, rd, "norm");
