@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <sstream>
 
 #include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
@@ -102,6 +103,27 @@ TEST_CASE("reductions, softmax and views: their backward formulas run on the dev
     const Tensor<float> v = t[0].transpose(0, 2).slice(1, 1, 4);  // a strided copy back, a zeroed base
     return Tensor<float>(sum(v * v.flatten().reshape(v.shape())) + sum(t[0].unsqueeze(0).expand({3, 4, 5, 9}) * 2.0f));
   }, 1e-5, "views");
+}
+
+TEST_CASE("prod, logsumexp, var, std and cumsum on the device, with their gradients; printing a CUDA tensor" * no_device()) {
+  Generator g(15);
+  const Tensor<float> x = randn<float>({4, 5, 9}, &g), y = rand<float>({4, 5, 9}, &g) + 0.5f;
+  expect_same_gradients({x, y}, {true, true}, [](const auto& t) {
+    return Tensor<float>(sum(prod(t[1], Dims{1})) + sum(logsumexp(t[0] * 3.0f, Dims{0, 2})) + sum(var(t[0] * t[1], Dims{2})) +
+                         kiln::std(t[0]) + sum(kiln::std(t[1], Dims{0, 1}, 0.0, true)));
+  }, 1e-5, "prod, logsumexp, var, std");
+  expect_same_gradients({x}, {true}, [](const auto& t) {
+    return Tensor<float>(sum(cumsum(t[0], 1) * cumsum(t[0].transpose(0, 2), -1).transpose(0, 2)));
+  }, 1e-5, "cumsum along a middle and a last dim");
+  // Integer prod and cumsum give int64 on the device too; logsumexp of a row of -inf is -inf, of one with +inf +inf.
+  const Tensor<int32_t> i = tensor<int32_t>({1, -2, 3, 4, 5, 6}).view({2, 3});
+  CHECK(prod(i.cuda(), 1).to_vector() == std::vector<int64_t>{-6, 120});
+  CHECK(cumsum(i.cuda(), 0).to_vector() == std::vector<int64_t>{1, -2, 3, 5, 3, 9});
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  CHECK(logsumexp(tensor<float>({-inf, -inf, 1, inf}).view({2, 2}).cuda(), 1).to_vector() == std::vector<float>{-inf, inf});
+  std::ostringstream printed;
+  printed << tensor<float>({1.5f, -2, 3}).cuda() << "\n" << tensor<int64_t>({7}).cuda().view({});
+  CHECK(printed.str() == "tensor([ 1.5000, -2.0000,  3.0000], device='cuda:0')\ntensor(7, device='cuda:0')");
 }
 
 TEST_CASE("factories on a device, item and to_vector copy back" * no_device()) {

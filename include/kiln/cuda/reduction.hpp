@@ -16,7 +16,7 @@
 namespace kiln::cuda {
 
 // ArgMax/ArgMin: the index along the one reduced dim of the first extreme (a NaN counts as the extreme).
-enum class Reduce { Sum, Mean, Max, Min, ArgMax, ArgMin };
+enum class Reduce { Sum, Mean, Max, Min, ArgMax, ArgMin, Prod };
 
 struct ReductionVariant {
   int kept = 0;     // dims of the output
@@ -35,15 +35,17 @@ template <Reduce R, class T>
 struct Accumulator {
   static constexpr bool floating = is_floating_v<T>;
   static constexpr bool sum = R == Reduce::Sum || R == Reduce::Mean;
+  static constexpr bool product = R == Reduce::Prod;  // (accumulated as sums are: double, or int64 for integers)
   static constexpr bool arg = R == Reduce::ArgMax || R == Reduce::ArgMin;
   static constexpr bool max = R == Reduce::Max || R == Reduce::ArgMax;
-  using Result = std::conditional_t<arg || (R == Reduce::Sum && std::is_integral_v<T>), int64_t, T>;
+  using Result = std::conditional_t<arg || ((R == Reduce::Sum || product) && std::is_integral_v<T>), int64_t, T>;
   static std::string type() {
-    if constexpr (sum) return floating ? "double" : "long long";
+    if constexpr (sum || product) return floating ? "double" : "long long";
     else return std::string(compute_name<T>());
   }
   static std::string init() {
     if constexpr (sum) return "0";
+    else if constexpr (product) return "1";
     else if constexpr (floating) return max ? "__uint_as_float(0xff800000u)" : "__uint_as_float(0x7f800000u)";
     else return cat("kiln_int_range<", compute_name<T>(), ">::", max ? "lo" : "hi");
   }
@@ -52,6 +54,7 @@ struct Accumulator {
   }
   static std::string step(const std::string& v) {
     if constexpr (sum) return cat("acc += (", type(), ")", v, ";");
+    if constexpr (product) return cat("acc *= (", type(), ")", v, ";");
     // A NaN, once met, stays (acc != acc); a NaN value takes over. Ties keep the first.
     const std::string better = cat(v, max ? " > acc" : " < acc");
     const std::string take = cat("{ acc = ", v, ";", arg ? " arg = r;" : "", " }");

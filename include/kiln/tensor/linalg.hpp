@@ -136,7 +136,7 @@ Device product_device(const char* op, const Tensor<T>& a, const Tensor<U>& b) {
 // the operands widen, the product accumulates in float and rounds once into c (16-bit storage saves memory here, not
 // time).
 template <class T>
-void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, const char* op) {
+void batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, [[maybe_unused]] const char* op) {
 #ifdef KILN_WITH_CUDA
   if (c.is_cuda()) return cuda_batched_matmul(a, b, c, op);
 #endif

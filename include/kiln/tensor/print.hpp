@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/tensor/device_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln {
@@ -152,6 +153,8 @@ std::ostream& operator<<(std::ostream& out, const Tensor<T>& t) {
   const std::string prefix = "tensor(";
   const int indent = int(prefix.size());
   std::vector<std::string> suffixes;
+  // A CUDA tensor prints a host copy of its values, with its device first among the suffixes (as torch's).
+  if (t.is_cuda()) suffixes.push_back("device='" + t.device().str() + "'");
   std::string body;
   const ScalarType dt = t.dtype();
   if (t.numel() == 0) {
@@ -166,7 +169,8 @@ std::ostream& operator<<(std::ostream& out, const Tensor<T>& t) {
     if (dt != ScalarType::Float && dt != ScalarType::Int64 && dt != ScalarType::Bool)
       suffixes.push_back(std::string("dtype=") + dtype_name(dt));
     using P = detail::printing::Printer<T>;
-    const P p{t.data_ptr(), t.impl(), t.numel() > PrintOptions::threshold};
+    const Tensor<T> values = t.is_cuda() ? t.detach().cpu() : t;
+    const P p{values.data_ptr(), values.impl(), t.numel() > PrintOptions::threshold};
     std::vector<typename P::V> shown;
     p.collect(0, 0, shown);
     body = p.str(0, 0, indent, detail::printing::Formatter<typename P::V>(shown));

@@ -209,6 +209,32 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
 #define KILN_REDUCE_ON_CUDA(R, Out, op, x)                                    \
   if (const std::optional<Device> d = leaves_device(x); d && d->is_cuda()) \
     return cuda_reduce<cuda::Reduce::R, Out>(x, in, rd, op, *d);
+
+// logsumexp and var / std on a device, from the reduction kernels (sums in double): the max (or mean) along the
+// dims, then the sum of exp(x - max) (or of the squared deviations), the rest elementwise. A max of +-inf is not
+// subtracted (exp(inf - inf) would be NaN): the sum is then inf or 0 and the log gives the CPU's +-inf.
+template <class E>
+auto cuda_logsumexp(const E& e, const Shape& in, const Reduction& rd, Device d) {
+  using T = typename E::value_type;
+  using S = compute_t<T>;
+  constexpr S inf = std::numeric_limits<S>::infinity();
+  if (rd.count == 0) return full<T>(rd.out, T(-inf), d);  // the log of an empty sum, as PyTorch
+  const Tensor<T> largest = cuda_reduce<cuda::Reduce::Max, T>(e, in, rd, "logsumexp", d);
+  const Tensor<T> shift(where(abs(largest) == inf, S(0), largest));
+  const Tensor<T> total =
+      cuda_reduce<cuda::Reduce::Sum, T>(exp(e - shift.view(kept_shape(in, rd))), in, rd, "logsumexp", d);
+  return Tensor<T>(log(total) + shift);
+}
+template <class E>
+auto cuda_var(const E& e, const Shape& in, const Reduction& rd, double correction, bool take_sqrt, Device d) {
+  using T = typename E::value_type;
+  using S = compute_t<T>;
+  const char* op = take_sqrt ? "std" : "var";
+  const Tensor<T> mean = cuda_reduce<cuda::Reduce::Mean, T>(e, in, rd, op, d);
+  const Tensor<T> squares = cuda_reduce<cuda::Reduce::Sum, T>(square(e - mean.view(kept_shape(in, rd))), in, rd, op, d);
+  const S denominator = S(std::max(0.0, double(rd.count) - correction));
+  return take_sqrt ? Tensor<T>(sqrt(squares / denominator)) : Tensor<T>(squares / denominator);
+}
 #else
 #define KILN_REDUCE_ON_CUDA(R, Out, op, x)
 #endif
@@ -244,7 +270,10 @@ auto prod_impl(const E& e, const Shape& in, const Reduction& rd) {
   // of the nonzeros at the zero and 0 elsewhere; with more, 0.
   return differentiable_reduction(
       e, in, rd, "ProdBackward",
-      [&](const auto& node) { return run_reduce<Out>(red::ProdReducer<compute_t<T>, Out>{}, node, in, rd, "prod"); },
+      [&](const auto& node) {
+        KILN_REDUCE_ON_CUDA(Prod, Out, "prod", node)
+        return run_reduce<Out>(red::ProdReducer<compute_t<T>, Out>{}, node, in, rd, "prod");
+      },
       [dims](const auto& g, const auto& x, const auto& out) {
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
         using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
@@ -276,7 +305,12 @@ auto logsumexp_impl(const E& e, const Shape& in, const Reduction& rd) {
   require_floating<T>();
   return differentiable_reduction(
       e, in, rd, "LogsumexpBackward",
-      [&](const auto& node) { return run_reduce<T>(red::LogSumExpReducer<compute_t<T>, T>{}, node, in, rd, "logsumexp"); },
+      [&](const auto& node) {
+#ifdef KILN_WITH_CUDA
+        if (const std::optional<Device> d = leaves_device(node); d && d->is_cuda()) return cuda_logsumexp(node, in, rd, *d);
+#endif
+        return run_reduce<T>(red::LogSumExpReducer<compute_t<T>, T>{}, node, in, rd, "logsumexp");
+      },
       [](const auto& g, const auto& x, const auto& out) { return g * exp(x - out); });
 }
 template <bool kAll, class E>
@@ -359,7 +393,13 @@ auto var_impl(const E& e, const Shape& in, const Reduction& rd, double correctio
   const double denom = std::max(0.0, double(rd.count) - correction);
   return differentiable_reduction(
       e, in, rd, take_sqrt ? "StdBackward" : "VarBackward",
-      [&](const auto& node) { return run_reduce<T>(r, node, in, rd, take_sqrt ? "std" : "var"); },
+      [&](const auto& node) {
+#ifdef KILN_WITH_CUDA
+        if (const std::optional<Device> d = leaves_device(node); d && d->is_cuda())
+          return cuda_var(node, in, rd, correction, take_sqrt, *d);
+#endif
+        return run_reduce<T>(r, node, in, rd, take_sqrt ? "std" : "var");
+      },
       [dims, denom, take_sqrt](const auto& g, const auto& x, const auto& out) {
         using V = typename std::remove_cvref_t<decltype(x)>::value_type;
         using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
@@ -612,6 +652,11 @@ inline std::array<int64_t, 3> split_at(const Shape& s, int d) {
   for (int i = d + 1; i < s.size(); ++i) inner *= s[i];
   return {outer, s.size() ? s[d] : 1, inner};
 }
+#ifdef KILN_WITH_CUDA
+// On the device (cuda/scan.hpp, included at the end of this header).
+template <Dtype T, Dtype Out>
+void cuda_cumsum(const Tensor<T>& in, const Tensor<Out>& out, int64_t outer, int64_t n, int64_t inner);
+#endif
 template <Operand X>
 auto contiguous_of(const X& x) {
   using T = typename X::value_type;
@@ -630,8 +675,12 @@ auto cumsum(const X& x, I dim) {
   const Tensor<T> in = detail::contiguous_of(x);
   const int d = wrap_dim(int64_t(dim), in.dim(), "cumsum");
   const auto [outer, n, inner] = detail::split_at(in.shape(), d);
-  Tensor<Out> out(TensorImpl::allocate(in.shape(), scalar_type_of<Out>(), "cumsum"));
-  cpu::cumsum<Acc>(in.data_ptr(), out.data_ptr(), outer, n, inner);
+  Tensor<Out> out(TensorImpl::allocate(in.shape(), scalar_type_of<Out>(), "cumsum", in.device()));
+#ifdef KILN_WITH_CUDA
+  if (in.is_cuda()) detail::cuda_cumsum(in, out, outer, n, inner);
+  else
+#endif
+    cpu::cumsum<Acc>(in.data_ptr(), out.data_ptr(), outer, n, inner);
   if constexpr (is_floating_v<T>) {
     if (GradMode::is_enabled() && in.requires_grad()) {
       // The gradient of a running sum is the running sum from the end: total - cumsum(g) + g.
@@ -679,3 +728,7 @@ std::tuple<Tensor<typename X::value_type>, Tensor<int64_t>> topk(const X& x, int
 }
 
 }  // namespace kiln
+
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda/scan.hpp"
+#endif
