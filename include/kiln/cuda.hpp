@@ -17,4 +17,5 @@
 #include "kiln/cuda/kernel_cache.hpp"
 #include "kiln/cuda/nvrtc.hpp"
 #include "kiln/cuda/runtime.hpp"
+#include "kiln/cuda/stream.hpp"
 #include "kiln/cuda/tensor_hooks.hpp"

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <sstream>
+#include <thread>
 
 #include "kiln/attention.hpp"
 #include "kiln/attention/flex_cuda.hpp"
@@ -233,7 +234,7 @@ TEST_CASE("CUDA tensors on the device: cuda(), to(Device), cpu(), views, and CPU
     expect_close(c.permute({2, 0, 1}).slice(1, 1, 3).cpu(), x.permute({2, 0, 1}).slice(1, 1, 3).contiguous(), 0, "view");
     // CPU code never reads device memory: an op without a CUDA path says so.
     const std::vector<std::function<void()>> cpu_ops = {
-        [&] { (void)prod(c); }, [&] { std::ostringstream out; out << c; }, [&] { (void)logsumexp(c, {1}); }};
+        [&] { (void)topk(c, 2); }, [&] { (void)all(c > 0.0f); }, [&] { (void)max(c, 1); }};
     for (const auto& op : cpu_ops)
       CHECK_THROWS_WITH_AS(op(), doctest::Contains("on cuda:0 reached code that runs on the CPU: this op has no CUDA path yet"),
                            std::runtime_error);
@@ -334,6 +335,67 @@ TEST_CASE("elementwise expressions, reductions, softmax, writes, eval_all of CUD
   CHECK(cuda::max_memory_allocated() == cuda::memory_allocated());
   // Tensors on two devices are refused with the reason (autograd: test_emulated_autograd.cpp).
   CHECK_THROWS_WITH_AS(Tensor<float>(ca + b), doctest::Contains("an expression mixes tensors on cuda:0 and cpu"), std::invalid_argument);
+}
+
+}  // namespace test_cuda_emulated_device
+
+namespace test_cuda_emulated_device {
+
+TEST_CASE("streams: a guard makes a pool stream current for launches, allocations and cuBLAS, then restores it" * no_device()) {
+  const Device cuda0(kCUDA, 0);
+  // The emulated driver and cuBLAS say what ran on each stream (on a GPU: -1 and the stream expected).
+  const auto launches_on = [](const cuda::CUDAStream& s) {
+    return emulated() ? cuda::Driver::get().symbol<long long (*)(void*)>("kiln_emulated_launches_on")(s.stream()) : -1;
+  };
+  const auto last_gemm_stream = [](const cuda::CUDAStream& expected) {
+    return emulated() ? cuda::Cublas::get().symbol<void* (*)()>("kiln_emulated_cublas_last_stream")() : expected.stream();
+  };
+  const cuda::CUDAStream main = cuda::getCurrentCUDAStream();
+  CHECK(main == cuda::getDefaultCUDAStream());
+  CHECK(main.id() == 0);
+  const cuda::CUDAStream side = cuda::getStreamFromPool();
+  CHECK(side.id() != 0);
+  CHECK(cuda::getStreamFromPool() != side);  // (round-robin over the pool)
+  const Tensor<float> x = arange<float>(0, 1024).cuda();
+  const long long on_main = launches_on(main), on_side = launches_on(side);
+  Tensor<float> y, product;
+  {
+    cuda::CUDAStreamGuard guard(side);
+    CHECK(cuda::getCurrentCUDAStream() == side);
+    CHECK(guard.original_stream() == main);
+    y = Tensor<float>(exp(x * 0.001f) * 2.0f);
+    product = matmul(y.view({32, 32}), y.view({32, 32}));
+    CHECK(last_gemm_stream(side) == side.stream());
+  }
+  CHECK(cuda::getCurrentCUDAStream() == main);
+  if (emulated()) {
+    CHECK(launches_on(side) > on_side);
+    CHECK(launches_on(main) == on_main);
+  }
+  main.wait_stream(side);
+  side.synchronize();
+  CHECK(side.query());
+  expect_close(y.cpu(), Tensor<float>(exp(arange<float>(0, 1024) * 0.001f) * 2.0f), 1e-6, "y, computed on the side stream");
+  (void)matmul(x.view({32, 32}), x.view({32, 32}));
+  CHECK(last_gemm_stream(main) == nullptr);  // back on the default stream
+  // y's block went back to the side stream's bin: the default stream does not take it, the side stream does.
+  const void* block = y.impl().storage->data();
+  y = Tensor<float>();
+  const Tensor<float> on_default = empty<float>({1024}, cuda0);
+  CHECK(on_default.impl().storage->data() != block);
+  {
+    cuda::CUDAStreamGuard guard(side);
+    const Tensor<float> again = empty<float>({1024}, cuda0);
+    CHECK(again.impl().storage->data() == block);
+    cuda::record_stream(again, main);  // (freed, it waits for the default stream before the side stream reuses it)
+  }
+  CHECK_THROWS_WITH_AS(cuda::record_stream(zeros<float>({2}), side),
+                       "record_stream: a tensor on cpu and a stream of cuda:0", std::invalid_argument);
+  // setCurrentCUDAStream lasts until changed; another thread has its own current stream.
+  cuda::setCurrentCUDAStream(side);
+  std::thread([&] { CHECK(cuda::getCurrentCUDAStream() == main); }).join();
+  CHECK(cuda::getCurrentCUDAStream() == side);
+  cuda::setCurrentCUDAStream(main);
 }
 
 }  // namespace test_cuda_emulated_device

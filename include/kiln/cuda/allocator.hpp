@@ -24,11 +24,9 @@
 #include <vector>
 
 #include "kiln/core/error.hpp"
+#include "kiln/cuda/current_stream.hpp"
 
 namespace kiln::cuda {
-
-// A CUDA stream's handle as the allocator keys it (0 = the default stream).
-using StreamId = uintptr_t;
 
 class DeviceMemory {
  public:

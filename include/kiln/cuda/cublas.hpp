@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kiln/core/dtype.hpp"
+#include "kiln/cuda/current_stream.hpp"
 #include "kiln/cuda/driver.hpp"
 
 namespace kiln::cuda {
@@ -70,10 +71,9 @@ class Cublas {
                      "cuDevicePrimaryCtxRetain");
     }
     driver.require(set_current_(d.context), "cuCtxSetCurrent");
-    if (!d.handle) {
-      require(create_(&d.handle), "cublasCreate_v2");
-      require(set_stream_(d.handle, nullptr), "cublasSetStream_v2");  // kiln launches on the default stream
-    }
+    if (!d.handle) require(create_(&d.handle), "cublasCreate_v2");
+    // On the thread's current stream (cuda/stream.hpp), as kiln's own kernels.
+    require(set_stream_(d.handle, reinterpret_cast<void*>(current_stream_of(device))), "cublasSetStream_v2");
     const int math = matmul_allows_tf32() ? blas::kTf32TensorOpMath : blas::kDefaultMath;
     if (d.math != math) {
       require(set_math_mode_(d.handle, math), "cublasSetMathMode");

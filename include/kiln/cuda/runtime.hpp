@@ -18,11 +18,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/cuda/allocator.hpp"
 #include "kiln/cuda/codegen.hpp"
+#include "kiln/cuda/current_stream.hpp"
 #include "kiln/cuda/driver.hpp"
 #include "kiln/cuda/kernel_cache.hpp"
 
@@ -31,7 +33,7 @@ namespace kiln::cuda {
 struct LaunchConfig {
   unsigned grid = 1;
   unsigned block = 256;
-  StreamId stream = 0;  // a CUstream; 0: the default stream
+  std::optional<StreamId> stream = std::nullopt;  // a CUstream (0: the default stream); none: the current stream
 };
 
 class DeviceContext : public DeviceMemory {
@@ -114,10 +116,11 @@ class DeviceContext : public DeviceMemory {
                                  " threads", k.block_threads ? kiln::detail::cat("; the kernel needs blocks of ", k.block_threads) : "");
     void* function = function_for(k);
     make_current();
+    const StreamId stream = c.stream.value_or(current_stream_of(index_));
     void* block_pointer = nullptr;
     const void* parameter = words.data();
     if (k.descriptor_by_pointer) {
-      block_pointer = allocator_.allocate(k.descriptor_bytes, c.stream);
+      block_pointer = allocator_.allocate(k.descriptor_bytes, stream);
       copy_to_device(block_pointer, words.data(), k.descriptor_bytes);
       parameter = &block_pointer;
       std::lock_guard lock(mutex_);
@@ -125,11 +128,40 @@ class DeviceContext : public DeviceMemory {
     }
     void* params[] = {const_cast<void*>(parameter)};
     driver_.require(api_.launch(function, c.grid, 1, 1, c.block, 1, 1, unsigned(k.shared_bytes),
-                                reinterpret_cast<void*>(c.stream), params, nullptr),
+                                reinterpret_cast<void*>(stream), params, nullptr),
                     "cuLaunchKernel");
     if (detail::debug_enabled())
       std::fprintf(stderr, "kiln: launched %s on %s: %u x %u threads, %zu bytes of shared memory\n", k.entry.c_str(),
                    name().c_str(), c.grid, c.block, k.shared_bytes);
+  }
+
+  // Streams (cuda/stream.hpp builds torch's CUDAStream on these). A created stream is a blocking one: it waits for
+  // the default stream's work and the default stream for its, so the synchronous copies (on the default stream)
+  // stay ordered with every kernel.
+  StreamId create_stream() {
+    make_current();
+    void* stream = nullptr;
+    driver_.require(api_.stream_create(&stream, 0), "cuStreamCreate");
+    return reinterpret_cast<StreamId>(stream);
+  }
+  void synchronize_stream(StreamId stream) {
+    make_current();
+    driver_.require(api_.stream_synchronize(reinterpret_cast<void*>(stream)), "cuStreamSynchronize");
+  }
+  // Whether every piece of work submitted to the stream has finished.
+  bool stream_done(StreamId stream) {
+    make_current();
+    const int status = api_.stream_query(reinterpret_cast<void*>(stream));
+    if (status == kNotReady) return false;
+    driver_.require(status, "cuStreamQuery");
+    return true;
+  }
+  // Work submitted to `waiter` from now on starts after the work submitted to `on` so far (no host wait).
+  void stream_wait(StreamId waiter, StreamId on) {
+    const uintptr_t event = record_event(on);
+    driver_.require(api_.stream_wait_event(reinterpret_cast<void*>(waiter), reinterpret_cast<void*>(event), 0),
+                    "cuStreamWaitEvent");
+    release(event);  // (the wait keeps what it needs: destroying a recorded event is allowed)
   }
 
   // Waits for all work on the device; descriptor copies of finished launches go back to the allocator.
@@ -177,7 +209,11 @@ class DeviceContext : public DeviceMemory {
           event_create(d.symbol<int (*)(void**, unsigned)>("cuEventCreate")),
           event_record(d.symbol<int (*)(void*, void*)>("cuEventRecord")),
           event_query(d.symbol<int (*)(void*)>("cuEventQuery")),
-          event_destroy(d.symbol<int (*)(void*)>("cuEventDestroy_v2")) {}
+          event_destroy(d.symbol<int (*)(void*)>("cuEventDestroy_v2")),
+          stream_create(d.symbol<int (*)(void**, unsigned)>("cuStreamCreate")),
+          stream_synchronize(d.symbol<int (*)(void*)>("cuStreamSynchronize")),
+          stream_query(d.symbol<int (*)(void*)>("cuStreamQuery")),
+          stream_wait_event(d.symbol<int (*)(void*, void*, unsigned)>("cuStreamWaitEvent")) {}
     int (*retain)(void**, int);
     int (*set_current)(void*);
     int (*mem_alloc)(uint64_t*, size_t);
@@ -195,6 +231,10 @@ class DeviceContext : public DeviceMemory {
     int (*event_record)(void*, void*);
     int (*event_query)(void*);
     int (*event_destroy)(void*);
+    int (*stream_create)(void**, unsigned);
+    int (*stream_synchronize)(void*);
+    int (*stream_query)(void*);
+    int (*stream_wait_event)(void*, void*, unsigned);
   };
 
   explicit DeviceContext(int index)

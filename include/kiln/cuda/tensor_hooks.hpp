@@ -7,8 +7,9 @@
 
 namespace kiln::cuda::detail {
 
+// From the bin of the thread's current stream (cuda/stream.hpp): that stream may reuse the block at once when it is freed.
 inline void* allocate_tensor_memory(int device, size_t bytes) {
-  return DeviceContext::get(device).allocator().allocate(bytes);
+  return DeviceContext::get(device).allocator().allocate(bytes, current_stream_of(device));
 }
 inline void free_tensor_memory(int device, void* p) { DeviceContext::get(device).allocator().free(p); }
 // Host to device, or device to host after the device's work is done; Tensor::to goes between two devices through

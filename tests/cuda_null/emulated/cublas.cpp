@@ -3,8 +3,8 @@
 // with double accumulation, honoring the transposes, leading dims, batch strides (0: a broadcast operand), alpha and
 // beta (beta 0 never reads C, as BLAS). It refuses what the real library refuses, with its status: a null handle,
 // negative sizes or batch counts, a leading dim below the rows of the matrix it holds, an unknown operation, type or
-// compute type. Only what kiln's cuda/cublas.hpp and bench/gpu_bench.cpp call is here, and two functions for tests
-// (found with dlsym): the last call and its arguments as text, and the number of GEMM calls.
+// compute type. Only what kiln's cuda/cublas.hpp and bench/gpu_bench.cpp call is here, and three functions for tests
+// (found with dlsym): the last call and its arguments as text, its stream, and the number of GEMM calls.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +28,7 @@ struct Handle {
 std::mutex mutex;
 std::string last_call;
 long calls = 0;
+void* last_stream = nullptr;
 
 double load(const void* p, int64_t i, int type) {
   switch (type) {
@@ -58,6 +59,7 @@ int gemm(const char* name, Handle* h, int ta, int tb, int m, int n, int k, doubl
   {
     std::lock_guard lock(mutex);
     ++calls;
+    last_stream = h->stream;
     last_call = std::string(name) + "(" + (ta == kOpN ? "N" : "T") + ", " + (tb == kOpN ? "N" : "T") +
                 ", m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
                 ", lda=" + std::to_string(lda) + ", strideA=" + std::to_string(sa) + ", ldb=" + std::to_string(ldb) +
@@ -169,6 +171,11 @@ const char* kiln_emulated_cublas_last_call() {
   std::lock_guard lock(mutex);
   copy = last_call;
   return copy.c_str();
+}
+// The stream the last GEMM was issued on (its handle's, cublasSetStream_v2).
+void* kiln_emulated_cublas_last_stream() {
+  std::lock_guard lock(mutex);
+  return last_stream;
 }
 long kiln_emulated_cublas_calls() {
   std::lock_guard lock(mutex);

@@ -2,7 +2,8 @@
 // use it): one device of compute capability 9.0 whose memory is host memory (a budget of
 // KILN_EMULATED_DEVICE_BYTES, 256 MiB by default, past which cuMemAlloc reports CUDA_ERROR_OUT_OF_MEMORY), whose
 // modules are the host libraries that the emulated NVRTC (nvrtc.cpp) builds, and whose launches run at once on
-// the calling thread (streams and events are therefore always complete). It checks what a GPU would refuse and a
+// the calling thread (streams and events are therefore always complete; it counts the launches on each stream,
+// kiln_emulated_launches_on, for the tests). It checks what a GPU would refuse and a
 // host would not notice: more than 1024 threads, and dynamic shared memory past 48 KiB without
 // cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) or past 227 KiB. Only what kiln's cuda/driver.hpp and
 // cuda/runtime.hpp call is here.
@@ -23,7 +24,7 @@
 namespace {
 
 constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kInvalidImage = 200, kNotFound = 500,
-              kLaunchOutOfResources = 701;
+              kLaunchOutOfResources = 701, kInvalidHandle = 400;
 constexpr size_t kDefaultShared = 48 * 1024, kMaxShared = 227 * 1024;
 
 using Launch = void (*)(void**, unsigned, unsigned);
@@ -37,6 +38,7 @@ struct Device {
   std::mutex mutex;
   std::map<void*, size_t> allocations;
   size_t used = 0;
+  std::map<void*, long long> launches_on;  // per stream (created ones and the default, null): kernels launched
   size_t budget() const {
     const char* env = std::getenv("KILN_EMULATED_DEVICE_BYTES");
     return env && *env ? size_t(std::strtoull(env, nullptr, 10)) : size_t(256) << 20;
@@ -46,6 +48,12 @@ struct Device {
 Device& device() {
   static Device* d = new Device;  // (never destroyed: kiln's contexts free their cached memory at exit)
   return *d;
+}
+
+// A stream kiln may use: the default one or one created and not destroyed.
+bool known_stream(void* stream) {
+  std::lock_guard lock(device().mutex);
+  return !stream || device().launches_on.count(stream);
 }
 
 }  // namespace
@@ -152,19 +160,40 @@ int cuFuncSetAttribute(void* function, int attribute, int value) {
   return kSuccess;
 }
 int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                   unsigned shared, void*, void** params, void**) {
+                   unsigned shared, void* stream, void** params, void**) {
   const Function& f = *static_cast<Function*>(function);
   if (gy != 1 || gz != 1 || by != 1 || bz != 1) return kInvalidValue;  // (kiln's kernels use x only)
   if (bx == 0 || bx > 1024 || gx == 0 || shared > f.max_shared) return kLaunchOutOfResources;
+  if (!known_stream(stream)) return kInvalidHandle;
   f.launch(params, gx, bx);
+  std::lock_guard lock(device().mutex);
+  ++device().launches_on[stream];
   return kSuccess;
+}
+
+// Streams: handles of their own, checked wherever one is passed; the work on them is done at once.
+int cuStreamCreate(void** stream, unsigned) {
+  *stream = new int(0);
+  std::lock_guard lock(device().mutex);
+  device().launches_on[*stream] = 0;
+  return kSuccess;
+}
+int cuStreamSynchronize(void* stream) { return known_stream(stream) ? kSuccess : kInvalidHandle; }
+int cuStreamQuery(void* stream) { return known_stream(stream) ? kSuccess : kInvalidHandle; }
+int cuStreamWaitEvent(void* stream, void* event, unsigned) {
+  return known_stream(stream) && event ? kSuccess : kInvalidHandle;
+}
+// For the tests: how many kernels have been launched on `stream` (null: the default stream).
+long long kiln_emulated_launches_on(void* stream) {
+  std::lock_guard lock(device().mutex);
+  return device().launches_on[stream];
 }
 
 int cuEventCreate(void** event, unsigned) {
   *event = new int(0);
   return kSuccess;
 }
-int cuEventRecord(void*, void*) { return kSuccess; }
+int cuEventRecord(void*, void* stream) { return known_stream(stream) ? kSuccess : kInvalidHandle; }
 int cuEventQuery(void*) { return kSuccess; }
 int cuEventDestroy_v2(void* event) {
   delete static_cast<int*>(event);
