@@ -105,7 +105,7 @@ TEST_CASE("reductions, softmax and views: their backward formulas run on the dev
   }, 1e-5, "views");
 }
 
-TEST_CASE("prod, logsumexp, var, std and cumsum on the device, with their gradients; printing a CUDA tensor" * no_device()) {
+TEST_CASE("prod, logsumexp, var, std, cumsum, topk, max/min with indices, all, any on the device, with their gradients; printing" * no_device()) {
   Generator g(15);
   const Tensor<float> x = randn<float>({4, 5, 9}, &g), y = rand<float>({4, 5, 9}, &g) + 0.5f;
   expect_same_gradients({x, y}, {true, true}, [](const auto& t) {
@@ -121,6 +121,30 @@ TEST_CASE("prod, logsumexp, var, std and cumsum on the device, with their gradie
   CHECK(cumsum(i.cuda(), 0).to_vector() == std::vector<int64_t>{1, -2, 3, 5, 3, 9});
   constexpr float inf = std::numeric_limits<float>::infinity();
   CHECK(logsumexp(tensor<float>({-inf, -inf, 1, inf}).view({2, 2}).cuda(), 1).to_vector() == std::vector<float>{-inf, inf});
+  // max / min with indices, topk (NaN first for the largest, last for the smallest; ties by the lower index), all
+  // and any, as on the CPU; the values' gradients go where the indices point.
+  Tensor<float> line = tensor<float>({3, std::nanf(""), 3, -1, 7, 3, -1, 0}).view({2, 4});
+  for (const bool largest : {true, false}) {
+    const auto [vc, ic] = topk(line, 3, 1, largest);
+    const auto [vd, id] = topk(line.cuda(), 3, 1, largest);
+    CHECK(id.is_cuda());
+    CHECK(id.to_vector() == ic.to_vector());
+    const std::vector<float> on_device = vd.to_vector(), on_host = vc.to_vector();
+    for (size_t j = 0; j < on_host.size(); ++j)  // (NaN where the CPU has NaN)
+      CHECK((on_device[j] == on_host[j] || (std::isnan(on_device[j]) && std::isnan(on_host[j]))));
+  }
+  expect_same_gradients({x}, {true}, [](const auto& t) {
+    const auto [values, indices] = topk(t[0], 3, 1);
+    const auto [largest, where_max] = max(t[0], 2);
+    const auto [smallest, where_min] = min(t[0], 0, true);
+    return Tensor<float>(sum(values * values) + sum(largest * (where_max.template to<float>() + 1.0f)) + sum(smallest));
+  }, 1e-5, "topk, max and min with indices");
+  CHECK(std::get<1>(max(line.cuda(), 1)).to_vector() == std::get<1>(max(line, 1)).to_vector());
+  const Tensor<float> mixed = tensor<float>({0, 0, std::nanf(""), 1, 1, 2}).view({2, 3});
+  CHECK(all(mixed.cuda(), 1).to_vector() == std::vector<bool>{false, true});
+  CHECK(any(mixed.cuda(), 1).to_vector() == std::vector<bool>{true, true});
+  CHECK(any(mixed.cuda() > 1.5f).item());
+  CHECK_FALSE(all(mixed.cuda() > 0.5f).item());
   std::ostringstream printed;
   printed << tensor<float>({1.5f, -2, 3}).cuda() << "\n" << tensor<int64_t>({7}).cuda().view({});
   CHECK(printed.str() == "tensor([ 1.5000, -2.0000,  3.0000], device='cuda:0')\ntensor(7, device='cuda:0')");

@@ -123,6 +123,8 @@ void cuda_assign_all(const std::array<std::shared_ptr<TensorImpl>, K>& dst, cons
 // CUDA tensor of rd's shape.
 template <cuda::Reduce R, Dtype Out, class E>
 Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const char* op, Device device) {
+  static_assert(std::is_same_v<Out, typename cuda::detail::Accumulator<R, typename E::value_type>::Result>,
+                "kiln: cuda_reduce's Out must be the dtype the kernel writes for this reduction of this expression");
   check_versions(e);
   auto out = TensorImpl::allocate(rd.out, scalar_type_of<Out>(), op, device);
   if (out->numel() == 0) return Tensor<Out>(out);

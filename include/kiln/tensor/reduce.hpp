@@ -316,6 +316,18 @@ auto logsumexp_impl(const E& e, const Shape& in, const Reduction& rd) {
 template <bool kAll, class E>
 auto logical_impl(const E& e, const Shape& in, const Reduction& rd) {
   using T = typename E::value_type;
+#ifdef KILN_WITH_CUDA
+  // On a device: the count of nonzero elements (NaN among them) by the sum kernel, then all (every one) or any.
+  if (const std::optional<Device> d = leaves_device(e); d && d->is_cuda()) {
+    const auto nonzero = [&] {
+      if constexpr (std::is_same_v<T, bool>) return e;
+      else return e != compute_t<T>(0);
+    }();
+    const Tensor<int64_t> count =
+        cuda_reduce<cuda::Reduce::Sum, int64_t>(nonzero.template to<int64_t>(), in, rd, kAll ? "all" : "any", *d);
+    return kAll ? Tensor<bool>(count == rd.count) : Tensor<bool>(count != int64_t(0));
+  }
+#endif
   return run_reduce<bool>(red::LogicalReducer<compute_t<T>, kAll>{}, e, in, rd, kAll ? "all" : "any");
 }
 template <bool kMax, class E>
@@ -353,7 +365,7 @@ auto extreme_with_indices_recorded(const E& e, const Shape& in, const Reduction&
       const Tensor<int64_t> indices(idx.impl_ptr()->view_as(kept, contiguous_strides(kept), idx.impl_ptr()->offset));
       Shape line;
       for (int i = 0; i < in.size(); ++i) line.push_back(i == d ? in[i] : 1);
-      const Tensor<int64_t> positions = arange<int64_t>(0, double(in[d])).view(line);
+      const Tensor<int64_t> positions = arange<int64_t>(0, double(in[d])).view(line).to(x.device());
       auto formula = [indices, positions](const auto& g, const auto& x_, const auto&) {
         using V = typename std::remove_cvref_t<decltype(x_)>::value_type;
         using S = compute_t<V>;  // scalars in the compute type (float for bfloat16, float16)
@@ -373,6 +385,13 @@ auto extreme_with_indices(const E& e, const Shape& in, const Reduction& rd, cons
   using T = typename E::value_type;
   check_nonempty(in, rd, op);
   check_versions(e);
+#ifdef KILN_WITH_CUDA
+  if (const std::optional<Device> d = leaves_device(e); d && d->is_cuda()) {  // two passes: the extreme, its index
+    using R = cuda::Reduce;
+    return std::make_tuple(cuda_reduce<kMax ? R::Max : R::Min, T>(e, in, rd, op, *d),
+                           cuda_reduce<kMax ? R::ArgMax : R::ArgMin, int64_t>(e, in, rd, op, *d));
+  }
+#endif
   Tensor<T> values(TensorImpl::allocate(rd.out, scalar_type_of<T>(), op));
   Tensor<int64_t> indices(TensorImpl::allocate(rd.out, ScalarType::Int64, op));
   red::ArgReducer<compute_t<T>, T, kMax> r;
@@ -444,7 +463,7 @@ auto norm_impl(const E& e, const Shape& in, const Reduction& rd, double p) {
     using R = cuda::Reduce;
     if (p == 2) return Tensor<T>(sqrt(cuda_reduce<R::Sum, T>(square(e), in, rd, "norm", *d)));
     if (p == 1) return cuda_reduce<R::Sum, T>(abs(e), in, rd, "norm", *d);
-    if (p == 0) return cuda_reduce<R::Sum, T>(where(e != V(0), V(1), V(0)), in, rd, "norm", *d);
+    if (p == 0) return cuda_reduce<R::Sum, T>((e != V(0)).template to<T>(), in, rd, "norm", *d);
     if (p == inf || p == -inf) {
       check_nonempty(in, rd, "norm");
       if (p > 0) return cuda_reduce<R::Max, T>(abs(e), in, rd, "norm", *d);
@@ -653,9 +672,12 @@ inline std::array<int64_t, 3> split_at(const Shape& s, int d) {
   return {outer, s.size() ? s[d] : 1, inner};
 }
 #ifdef KILN_WITH_CUDA
-// On the device (cuda/scan.hpp, included at the end of this header).
+// On the device (cuda/lines.hpp, included at the end of this header).
 template <Dtype T, Dtype Out>
 void cuda_cumsum(const Tensor<T>& in, const Tensor<Out>& out, int64_t outer, int64_t n, int64_t inner);
+template <Dtype T>
+void cuda_topk(const Tensor<T>& in, const Tensor<T>& values, const Tensor<int64_t>& indices, int64_t outer, int64_t n,
+               int64_t inner, int64_t k, bool largest);
 #endif
 template <Operand X>
 auto contiguous_of(const X& x) {
@@ -715,9 +737,13 @@ std::tuple<Tensor<typename X::value_type>, Tensor<int64_t>> topk(const X& x, int
                                         " (input shape ", in.shape(), ")"));
   Shape out_shape = in.shape();
   if (out_shape.size()) out_shape[d] = k;
-  Tensor<T> values(TensorImpl::allocate(out_shape, scalar_type_of<T>(), "topk"));
-  Tensor<int64_t> indices(TensorImpl::allocate(out_shape, ScalarType::Int64, "topk"));
-  cpu::topk(in.data_ptr(), values.data_ptr(), indices.data_ptr(), outer, n, inner, k, largest);
+  Tensor<T> values(TensorImpl::allocate(out_shape, scalar_type_of<T>(), "topk", in.device()));
+  Tensor<int64_t> indices(TensorImpl::allocate(out_shape, ScalarType::Int64, "topk", in.device()));
+#ifdef KILN_WITH_CUDA
+  if (in.is_cuda()) detail::cuda_topk(in, values, indices, outer, n, inner, k, largest);
+  else
+#endif
+    cpu::topk(in.data_ptr(), values.data_ptr(), indices.data_ptr(), outer, n, inner, k, largest);
   if constexpr (is_floating_v<T>) {
     // The values are gather(in, d, indices): gather's backward.
     if (GradMode::is_enabled() && in.requires_grad())
@@ -730,5 +756,5 @@ std::tuple<Tensor<typename X::value_type>, Tensor<int64_t>> topk(const X& x, int
 }  // namespace kiln
 
 #ifdef KILN_WITH_CUDA
-#include "kiln/cuda/scan.hpp"
+#include "kiln/cuda/lines.hpp"
 #endif
