@@ -1,8 +1,8 @@
 // flex_attention, scaled_dot_product_attention and nn::MultiheadAttention of CUDA tensors (attention/flex_device.hpp):
 // the same call on the CPU and on cuda:0, outputs, log-sum-exps and every gradient (q, k, v, captured tensors,
 // the module's parameters) compared, for the ready-made modifiers, GQA, lengths off the kernels' 64-row tiles,
-// captured tensors on the device and on the host, double and bfloat16; and the refusals. On the emulated device in
-// CI, on a GPU by tests/gpu/run.sh.
+// captured tensors on the device and on the host, dropout, double and bfloat16; and the refusals. On the emulated
+// device in CI, on a GPU by tests/gpu/run.sh.
 #include <doctest/doctest.h>
 
 #include <limits>
@@ -120,6 +120,17 @@ TEST_CASE("flex_attention of CUDA tensors: outputs, log-sum-exps and gradients a
       return at::flex_attention_with_lse(x[0], x[1], x[2], mod, at::create_block_mask(at::causal(), 1, 1, 19, 23));
     }, kFloat, "captured bias and gain");
   }
+  SUBCASE("dropout: the CPU's mask from the same generator state, in the forward and regenerated in the backward") {
+    expect_same<float>(qkv<float>(2, 2, 2, 70, 67, 16, 12, 21), {}, [](const auto& x, const auto&) {
+      manual_seed(5);
+      return at::flex_attention_with_lse(x[0], x[1], x[2], at::NoScoreMod{}, {.dropout_p = 0.3});
+    }, kFloat, "dense, dropout 0.3");
+    expect_same<float>(qkv<float>(1, 4, 2, 45, 45, 8, 8, 22), {}, [](const auto& x, const auto&) {
+      manual_seed(6);
+      return at::flex_attention_with_lse(x[0], x[1], x[2], at::alibi(4), at::create_block_mask(at::causal(), 1, 1, 45, 45),
+                                         {.enable_gqa = true, .dropout_p = 0.5});
+    }, kFloat, "causal + alibi, GQA, dropout 0.5");
+  }
   SUBCASE("double, and bfloat16") {
     expect_same<double>(qkv<double>(1, 2, 1, 18, 20, 8, 4, 8), {}, [](const auto& x, const auto&) {
       return at::flex_attention_with_lse(x[0], x[1], x[2], at::soft_cap(3.0),
@@ -136,10 +147,6 @@ TEST_CASE("flex_attention of CUDA tensors refuses what its kernels cannot run, n
   const auto x = qkv<float>(1, 2, 2, 8, 8, 8, 8, 10);
   const Tensor<float> q = x[0].to(kCuda0), k = x[1].to(kCuda0), v = x[2].to(kCuda0);
   CHECK_THROWS_WITH_AS(at::flex_attention(q, x[1], v), "flex_attention: q on cuda:0, k on cpu and v on cuda:0; move them to one device",
-                       std::invalid_argument);
-  CHECK_THROWS_WITH_AS(at::flex_attention(q, k, v, at::NoScoreMod{}, {.dropout_p = 0.1}),
-                       "flex_attention: dropout_p = 0.1 on cuda:0: the CUDA kernels have no dropout yet (pass 0, or run "
-                       "on the CPU)",
                        std::invalid_argument);
   // A host tensor whose gradient is wanted is not copied behind the user's back.
   const Tensor<float> bias = zeros<float>({2}).requires_grad_();

@@ -201,7 +201,8 @@ TEST_CASE("flex_attention's CUDA kernels, run on the host, give the CPU kernels'
 
 TEST_CASE("flex_attention's CUDA kernels compile with NVRTC for sm_80 and sm_90 without register spills") {
   problems().check_nvrtc({80, 90}, "flex_small.cu");
-  // The tile shapes a GPU would run: D = 64 and 128, float and bfloat16, with a captured bias and a causal mask.
+  // The tile shapes a GPU would run: D = 64 and 128, float and bfloat16, with a captured bias and a causal mask, with
+  // and without dropout.
   ShimSuite gpu;
   const Tensor<float> table = zeros<float>({8, 4095});
   for (int64_t D : {64, 128}) {
@@ -210,7 +211,12 @@ TEST_CASE("flex_attention's CUDA kernels compile with NVRTC for sm_80 and sm_90 
     const auto bm = at::create_block_mask(at::causal(), 1, 1, 2048, 2048, 128, 128);
     const auto ks = at::flex_kernels<bfloat16>(at::relative_position_bias(table, 2048), bm, cfg);
     const auto kf = at::flex_kernels<float>(at::NoScoreMod{}, at::dense_block_mask(2048, 2048), {.D = D, .Dv = D, .entry = gpu.entry("flexf")});
-    for (const auto* set : {&ks, &kf})
+    // With dropout (its Philox rounds inlined in the forward and the backward).
+    at::FlexKernelConfig dropping = cfg;
+    dropping.entry = gpu.entry("flexd");
+    dropping.dropout = true;
+    const auto kd = at::flex_kernels<bfloat16>(at::relative_position_bias(table, 2048), bm, dropping);
+    for (const auto* set : {&ks, &kf, &kd})
       for (const cuda::KernelSource* k : {&set->forward, &set->delta, &set->backward, &set->store_dq}) {
         CHECK(k->shared_bytes <= at::kMaxSharedBytes);
         gpu.add_kernel(*k);

@@ -42,12 +42,13 @@ namespace flex = kiln::HWY_NAMESPACE::flex;
 // On the device (attention/flex_device.hpp, included at the end of this header).
 template <Dtype T, class S, class M>
 void cuda_flex_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const S& score_mod,
-                       const BlockMask<M>& bm, double scale, const Tensor<T>& out, const Tensor<lse_t<T>>& lse);
+                       const BlockMask<M>& bm, double scale, const flex::Dropout& dropout, const Tensor<T>& out,
+                       const Tensor<lse_t<T>>& lse);
 template <Dtype T, class S, class M>
 void cuda_flex_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& out,
                         const Tensor<lse_t<T>>& lse, const Tensor<T>& dout, const Tensor<lse_t<T>>& dlse,
-                        const S& score_mod, const BlockMask<M>& bm, double scale, const Tensor<T>& dq,
-                        const Tensor<T>& dk, const Tensor<T>& dv,
+                        const S& score_mod, const BlockMask<M>& bm, double scale, const flex::Dropout& dropout,
+                        const Tensor<T>& dq, const Tensor<T>& dk, const Tensor<T>& dv,
                         const std::vector<std::pair<const TensorImpl*, Tensor<lse_t<T>>>>& captured);
 #endif
 
@@ -158,7 +159,7 @@ struct FlexAttentionBackward : autograd::Node {
       std::vector<std::pair<const TensorImpl*, Tensor<A>>> cg;
       for (size_t s = 0; s < captured_.size(); ++s)
         cg.emplace_back(captured_[s].tensor.get(), wanted[s] ? zeros<A>(captured_[s].tensor->shape, q.device()) : Tensor<A>());
-      cuda_flex_backward(q, k, v, out, lse, dout, dlse, mod_, bm_, scale_, dq, dk, dv, cg);
+      cuda_flex_backward(q, k, v, out, lse, dout, dlse, mod_, bm_, scale_, dropout_, dq, dk, dv, cg);
       for (size_t s = 0; s < captured_.size(); ++s)
         if (wanted[s]) captured_grad(s, [&]<Dtype U>() { return cg[s].second.template to<U>(); });
       return result;
@@ -219,8 +220,6 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
                     " used with q ", query.shape(), " and k ", key.shape());
   check<std::invalid_argument>(o.dropout_p >= 0 && o.dropout_p < 1, "flex_attention: dropout_p must be in [0, 1), got ",
                                o.dropout_p);
-  check<std::invalid_argument>(o.dropout_p == 0 || !query.is_cuda(), "flex_attention: dropout_p = ", o.dropout_p, " on ",
-                               query.device().str(), ": the CUDA kernels have no dropout yet (pass 0, or run on the CPU)");
   // (The block mask's mask_mod was checked by create_block_mask, against float's 2^24, the tighter bound.)
   check_exact_in<A>(score_mod, {g.B, g.Hq, g.Lq, g.Lkv}, "flex_attention");
   const double scale = o.scale.value_or(g.D > 0 ? 1.0 / std::sqrt(double(g.D)) : 1.0);
@@ -239,7 +238,7 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
   Tensor<A> lse(TensorImpl::allocate({g.B, g.Hq, g.Lq}, scalar_type_of<A>(), "flex_attention", device));
   if (device.is_cuda()) {
 #ifdef KILN_WITH_CUDA
-    cuda_flex_forward(q, k, v, score_mod, bm, scale, out, lse);
+    cuda_flex_forward(q, k, v, score_mod, bm, scale, dropout, out, lse);
 #endif
   } else {
     const bool ok =

@@ -18,6 +18,8 @@
 //             accumulator of the compute type.
 //   store_dq  the accumulator converted to the tensors' dtype (launch it for bfloat16 and float16 only; for
 //             float and double the accumulator can be dq itself).
+// With FlexKernelConfig::dropout, the forward and the backward drop probabilities by the CPU kernels' mask (Philox
+// counters from the descriptor's seed and start: the same elements as attention/flex_cpu.hpp drops).
 //
 // The products run on CUDA cores (FMA from shared memory), not yet tensor cores (mma / wgmma for bfloat16):
 // that step needs a GPU to be measured and checked on, which this project's machines lack so far (see
@@ -30,6 +32,7 @@
 
 #include "kiln/attention/block_mask.hpp"
 #include "kiln/attention/modifier_cuda.hpp"
+#include "kiln/core/generator.hpp"
 #include "kiln/cuda/descriptor.hpp"
 
 namespace kiln::attention {
@@ -42,6 +45,7 @@ struct FlexKernelConfig {
   int block_kv = 32;         // keys per step
   int threads_per_row = 4;   // threads sharing a query row (forward) or a key (backward)
   std::string entry = "kiln_flex";
+  bool dropout = false;      // kernels that drop probabilities (FlexBuffers' dropout_p, seed and start)
 
   int forward_threads() const { return block_q * threads_per_row; }
   int backward_threads() const { return block_kv * threads_per_row; }
@@ -71,6 +75,10 @@ struct FlexBuffers {
   T* out = nullptr;
   A* lse = nullptr;
   double scale = 1;
+  // Dropout on the probabilities, as the CPU kernels' (attention/flex_cpu.hpp): element e of [B, Hq, Lq, Lkv] is kept
+  // when lane e % 4 of Philox counter dropout_start + e / 4 under dropout_seed passes bernoulli(1 - dropout_p).
+  double dropout_p = 0;
+  uint64_t dropout_seed = 0, dropout_start = 0;
   int* error = nullptr;  // one word, zeroed: set to 1 when a live pair read a captured tensor out of bounds
   Rows dout;
   const A* dlse = nullptr;
@@ -106,7 +114,8 @@ inline std::vector<cuda::detail::Field> fields(const std::vector<int>& captured_
       {"long long mask_B, mask_H, mask_q_blocks, mask_kv_blocks, mask_q_block, mask_kv_block", 6},
       {"int* error", 1},
       {"const void* dout", 1}, {"long long dout_stride[3]", 3},
-      {"const void* dlse", 1}, {"void* delta", 1}, {"void* dq_acc", 1}, {"void* dq", 1}, {"void* dk", 1}, {"void* dv", 1}};
+      {"const void* dlse", 1}, {"void* delta", 1}, {"void* dq_acc", 1}, {"void* dq", 1}, {"void* dk", 1}, {"void* dv", 1},
+      {"double drop_scale", 1}, {"long long drop_seed, drop_start, drop_threshold", 3}};
   for (size_t s = 0; s < captured_ranks.size(); ++s) {
     const size_t r = size_t(captured_ranks[s]);
     f.push_back({cat("const void* cap", s), 1});
@@ -225,12 +234,38 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
   const std::vector<std::pair<std::string, std::string>> common = {
       {"A", AN}, {"BR", cat(BR)}, {"BC", cat(BC)}, {"TPR", cat(TPR)}, {"D", cat(D)}, {"DV", cat(DV)},
       {"QLD", cat(QLD)}, {"VLD", cat(VLD)}, {"SLD", cat(SLD)}, {"D_PER", cat((D + TPR - 1) / TPR)},
-      {"DV_PER", cat((DV + TPR - 1) / TPR)}, {"NEG_INF", neg_inf}};
+      {"DV_PER", cat((DV + TPR - 1) / TPR)}, {"NEG_INF", neg_inf},
+      {"KEPT_P", cfg.dropout ? "kiln_dropout(p, b, h, qi, k0 + j)" : "p"},
+      // The backward with dropout: dV from the kept probabilities Pd, dS' = Pd dP - P delta.
+      {"DS_PRIME", cfg.dropout ? "const A pd = kiln_dropout(p, b, h, qi, kv);\n            const A dsp = pd * dp - p * delta_s[i];"
+                               : "const A dsp = p * (dp - delta_s[i]);"},
+      {"KEEP_PD", cfg.dropout ? "\n            p = pd;" : ""}};
+  // With dropout: p kept (scaled by 1 / (1 - p)) or dropped, by element ((b Hq + h) Lq + q) Lkv + kv's Philox word
+  // (core/generator.hpp's philox4x32_10 of counter drop_start + e / 4, lane e % 4, its top 24 bits against the
+  // Bernoulli threshold), the CPU's mask.
+  const std::string dropout_function = !cfg.dropout ? "" : R"(  auto kiln_dropout = [&](A p, long long b, long long h, long long q, long long kv) -> A {
+    const unsigned long long e = (((unsigned long long)b * d.Hq + h) * d.Lq + q) * d.Lkv + kv;
+    const unsigned long long counter = (unsigned long long)d.drop_start + e / 4;
+    unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32), c2 = 0, c3 = 0;
+    unsigned int k0 = (unsigned int)d.drop_seed, k1 = (unsigned int)((unsigned long long)d.drop_seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      if (round > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+      const unsigned long long p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
+      const unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
+      c1 = (unsigned int)p1;
+      c3 = (unsigned int)p0;
+      c0 = n0;
+      c2 = n2;
+    }
+    const unsigned int lane = (unsigned int)(e % 4), word = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
+    return (word >> 8) < (unsigned int)d.drop_threshold ? p * (A)d.drop_scale : (A)0;
+  };
+)";
   const std::string prologue =
       "  typedef @A@ A;\n"
       "  extern __shared__ __align__(16) unsigned char kiln_smem[];\n"
       "  const A neg_inf = @NEG_INF@;\n"
-      "  const int tid = (int)threadIdx.x;\n";
+      "  const int tid = (int)threadIdx.x;\n" + dropout_function;
 
   const std::string load_kv = Sp::load_tile("Ks", "@QLD@", "@BC@", D, "k", "hk", "k0", "d.Lkv") +
                               Sp::load_tile("Vs", "@VLD@", "@BC@", DV, "v", "hk", "k0", "d.Lkv");
@@ -280,7 +315,7 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
       A part = 0;
       for (int j = t; j < @BC@; j += @TPR@) {
         const A p = m_new == neg_inf ? (A)0 : exp(Ss[r * @SLD@ + j] - m_new);
-        Ss[r * @SLD@ + j] = p;
+        Ss[r * @SLD@ + j] = @KEPT_P@;  // (the row sum takes p whole: the lse is dropout's no-op one)
         part += p;
       }
       red_sum[r * @TPR@ + t] = part;
@@ -369,9 +404,9 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
 )" + bwd_pair.code + "          if (allowed) {\n            p = exp(" + bwd_pair.score.var + R"( - lse_s[i]);
             A dp = 0;
             for (int c = 0; c < @DV@; ++c) dp += dOs[i * @VLD@ + c] * Vs[kc * @VLD@ + c];
-            const A dsp = p * (dp - delta_s[i]);
+            @DS_PRIME@
             A dscore = 0;
-)" + grad_code + R"(            ds = dscore * (A)d.scale;
+)" + grad_code + R"(            ds = dscore * (A)d.scale;@KEEP_PD@
           }
           }
           Ps[i * @SLD@ + kc] = p;
@@ -438,6 +473,11 @@ std::vector<uint64_t> flex_descriptor(const FlexKernels& ks, const FlexBuffers<T
   for (const void* p : {static_cast<const void*>(x.dlse), static_cast<const void*>(x.delta), static_cast<const void*>(x.dq_acc),
                         static_cast<const void*>(x.dq), static_cast<const void*>(x.dk), static_cast<const void*>(x.dv)})
     w.push_back(word_of(p));
+  check<std::invalid_argument>(cfg.dropout == (x.dropout_p > 0), "flex_attention (CUDA): dropout_p = ", x.dropout_p,
+                               " with kernels generated ", cfg.dropout ? "with" : "without", " dropout");
+  w.push_back(word_of(x.dropout_p > 0 ? 1 / (1 - x.dropout_p) : 1.0));
+  for (uint64_t v : {x.dropout_seed, x.dropout_start, uint64_t(philox::bernoulli_threshold(1 - x.dropout_p))})
+    w.push_back(word_of(int64_t(v)));
   int slot = 0;
   const int mask_slots = [&] {
     int n = 0;

@@ -19,7 +19,7 @@ namespace kiln::attention::detail {
 // test_flex_kernels.cpp): 64 query rows x 64 keys for head dims up to 64, 64 x 32 up to 128, 32 x 32 up to 256; half
 // of each for double (twice the shared memory per element); and never more than the block mask's tiles, which the
 // kernel's must divide.
-inline FlexKernelConfig device_flex_config(int64_t D, int64_t Dv, size_t compute_bytes, const auto& bm) {
+inline FlexKernelConfig device_flex_config(int64_t D, int64_t Dv, size_t compute_bytes, const auto& bm, bool dropout) {
   const int64_t widest = std::max(D, Dv);
   check<std::invalid_argument>(widest <= 256, "flex_attention: head dims D = ", D, ", Dv = ", Dv,
                                " on CUDA; the kernels take at most 256");
@@ -30,7 +30,7 @@ inline FlexKernelConfig device_flex_config(int64_t D, int64_t Dv, size_t compute
     return int(tile);
   };
   return {.D = D, .Dv = Dv, .block_q = dividing(bq, bm.q_block), .block_kv = dividing(bkv, bm.kv_block),
-          .threads_per_row = 4, .entry = "kiln_flex"};
+          .threads_per_row = 4, .entry = "kiln_flex", .dropout = dropout};
 }
 
 // The modifier as the kernels read it: every captured tensor on the attention's device. A host tensor that needs no
@@ -63,9 +63,10 @@ struct DeviceFlex {
   FlexBuffers<T> x;
 
   DeviceFlex(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const S& mod, const BlockMask<M>& mask,
-             double scale)
+             double scale, const flex::Dropout& dropout)
       : device(q.device()), score_mod(score_mod_on_device(mod, device)), bm(mask_on_device(mask, device)),
-        context(cuda::DeviceContext::get(device.index())), cfg(device_flex_config(q.size(3), v.size(3), sizeof(A), mask)),
+        context(cuda::DeviceContext::get(device.index())),
+        cfg(device_flex_config(q.size(3), v.size(3), sizeof(A), mask, dropout.active())),
         kernels(flex_kernels<T>(score_mod, bm, cfg)),
         states(empty<bool>({int64_t(mask.state.size())}, device)), error(zeros<bool>({int64_t(sizeof(int))}, device)) {
     static_assert(sizeof(BlockState) == 1);
@@ -73,6 +74,7 @@ struct DeviceFlex {
     x.B = q.size(0), x.Hq = q.size(1), x.Hkv = k.size(1), x.Lq = q.size(2), x.Lkv = k.size(2);
     x.q = rows(q), x.k = rows(k), x.v = rows(v);
     x.scale = scale;
+    x.dropout_p = dropout.p, x.dropout_seed = dropout.seed, x.dropout_start = dropout.start;
     x.error = reinterpret_cast<int*>(error.impl().device_bytes());
   }
   static BlockMask<M> mask_on_device(const BlockMask<M>& mask, Device device) {
@@ -108,8 +110,9 @@ struct DeviceFlex {
 // out [B, Hq, Lq, Dv] and lse [B, Hq, Lq] (contiguous, on q's device) from q, k, v (last dims contiguous).
 template <Dtype T, class S, class M>
 void cuda_flex_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const S& score_mod,
-                       const BlockMask<M>& bm, double scale, const Tensor<T>& out, const Tensor<lse_t<T>>& lse) {
-  DeviceFlex<T, S, M> f(q, k, v, score_mod, bm, scale);
+                       const BlockMask<M>& bm, double scale, const flex::Dropout& dropout, const Tensor<T>& out,
+                       const Tensor<lse_t<T>>& lse) {
+  DeviceFlex<T, S, M> f(q, k, v, score_mod, bm, scale, dropout);
   f.x.out = f.on_device(out);
   f.x.lse = f.on_device(lse);
   const int64_t q_tiles = (f.x.Lq + f.cfg.block_q - 1) / f.cfg.block_q;
@@ -123,11 +126,11 @@ void cuda_flex_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& 
 template <Dtype T, class S, class M>
 void cuda_flex_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& out,
                         const Tensor<lse_t<T>>& lse, const Tensor<T>& dout, const Tensor<lse_t<T>>& dlse,
-                        const S& score_mod, const BlockMask<M>& bm, double scale, const Tensor<T>& dq,
-                        const Tensor<T>& dk, const Tensor<T>& dv,
+                        const S& score_mod, const BlockMask<M>& bm, double scale, const flex::Dropout& dropout,
+                        const Tensor<T>& dq, const Tensor<T>& dk, const Tensor<T>& dv,
                         const std::vector<std::pair<const TensorImpl*, Tensor<lse_t<T>>>>& captured) {
   using A = lse_t<T>;
-  DeviceFlex<T, S, M> f(q, k, v, score_mod, bm, scale);
+  DeviceFlex<T, S, M> f(q, k, v, score_mod, bm, scale, dropout);
   auto& x = f.x;
   // The kernels write all three gradients: scratch where the caller wants none.
   const auto target = [&](const Tensor<T>& g, const Shape& shape) { return g.defined() ? g : empty<T>(shape, f.device); };
