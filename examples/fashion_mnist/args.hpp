@@ -40,7 +40,8 @@ inline constexpr const char* kUsage =
     "Trains a CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), evaluates on the test set and writes\n"
     "a checkpoint each epoch (OUT/checkpoint.safetensors) and the curves (OUT/curves.svg).\n"
     "--amp runs the forward pass and the loss under autocast (convolutions and linear layers in bfloat16 or\n"
-    "float16, the rest in float); fp16 adds a GradScaler. On this CPU it costs time (docs/amp.md).\n"
+    "float16, the rest in float) on the training device; fp16 adds a GradScaler. On this CPU it costs time\n"
+    "(docs/amp.md).\n"
     "--device cuda trains on a GPU (the program loads the CUDA driver, NVRTC and cuBLAS at run time).\n"
     "--export-png writes the first N test images as PNG files DIR/<index>_<class>.png (requests for\n"
     "examples/serve) and trains nothing.\n";
@@ -77,7 +78,6 @@ inline Args parse_args(int argc, char** argv) {
   }
   const bool cuda = a.device != "cpu";
   if (cuda && a.distributed) throw ArgsError("--distributed trains on CPU ranks (MPI); it does not take --device cuda yet");
-  if (cuda && !a.amp.empty()) throw ArgsError("--amp is for the CPU here; it does not take --device cuda yet");
   return a;
 }
 

@@ -51,14 +51,14 @@ int64_t correct(const Tensor<float>& logits, const Tensor<int64_t>& labels) {
   return sum(argmax(logits, 1) == labels).item();
 }
 
-// Autocast for --amp (a guard that changes nothing without it).
-AutocastGuard amp_scope(const Args& args) {
-  return AutocastGuard(kCPU, args.amp == "fp16" ? kHalf : kBFloat16, !args.amp.empty());
+// Autocast for --amp on the training device (a guard that changes nothing without it).
+AutocastGuard amp_scope(const Args& args, Device device) {
+  return AutocastGuard(device.type(), args.amp == "fp16" ? kHalf : kBFloat16, !args.amp.empty());
 }
 
 double evaluate(nn::Sequential& net, const Split& test, const Args& args, Device device) {
   NoGradGuard no_grad;
-  const AutocastGuard amp = amp_scope(args);
+  const AutocastGuard amp = amp_scope(args, device);
   net->eval();
   int64_t right = 0;
   constexpr int64_t kBatch = 1000;
@@ -174,7 +174,7 @@ int run(const Args& args) {
       Tensor<float> logits, loss;
       const Tensor<int64_t> target = batch.target.to(device);
       {
-        const AutocastGuard amp = amp_scope(args);
+        const AutocastGuard amp = amp_scope(args, device);
         logits = replicas.forward(batch.data.to(device));
         loss = F::cross_entropy(logits, target);
       }

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "kiln/attention.hpp"
 #include "kiln/cuda.hpp"
 #include "kiln/kiln.hpp"
 #include "kiln/nn.hpp"
@@ -148,6 +149,60 @@ TEST_CASE("prod, logsumexp, var, std, cumsum, topk, max/min with indices, all, a
   std::ostringstream printed;
   printed << tensor<float>({1.5f, -2, 3}).cuda() << "\n" << tensor<int64_t>({7}).cuda().view({});
   CHECK(printed.str() == "tensor([ 1.5000, -2.0000,  3.0000], device='cuda:0')\ntensor(7, device='cuda:0')");
+}
+
+TEST_CASE("autocast follows the region of the operands' device: CUDA products, linear, conv2d, attention in 16 bits" * no_device()) {
+  Generator g(31);
+  const Tensor<float> a = randn<float>({8, 16}, &g), b = randn<float>({16, 12}, &g), bias = randn<float>({12}, &g);
+  const Tensor<float> x = randn<float>({2, 3, 9, 9}, &g), w = randn<float>({4, 3, 3, 3}, &g);
+  const Tensor<float> q = randn<float>({1, 2, 20, 8}, &g), k = randn<float>({1, 2, 20, 8}, &g), v = randn<float>({1, 2, 20, 8}, &g);
+  // Each op on the host under the CPU's region and on cuda:0 under the CUDA one.
+  const std::vector<std::pair<std::string, std::function<Tensor<float>(Device)>>> ops = {
+      {"matmul", [&](Device d) { return matmul(a.to(d), b.to(d)); }},
+      {"linear", [&](Device d) { return nn::functional::linear(a.to(d), b.t().to(d), bias.to(d)); }},
+      {"conv2d", [&](Device d) { return nn::functional::conv2d(x.to(d), w.to(d), bias.narrow(0, 0, 4).to(d), {2, 2}, {1, 1}); }},
+      {"flex_attention", [&](Device d) { return attention::flex_attention(q.to(d), k.to(d), v.to(d)); }}};
+  for (const auto& [name, op] : ops) {
+    const Tensor<float> full = op(kCPU);
+    {
+      AutocastGuard cpu_only(kCPU, kBFloat16);  // the CPU's region leaves CUDA tensors alone
+      expect_close(op(kCuda0).cpu(), full, 1e-5, name + " of CUDA tensors under the CPU's region");
+    }
+    for (const ScalarType h : {kBFloat16, kHalf}) {
+      Tensor<float> on_host, on_device;
+      {
+        AutocastGuard region(kCPU, h);
+        on_host = op(kCPU);
+      }
+      {
+        AutocastGuard region(kCUDA, h);
+        on_device = op(kCuda0);
+        CHECK(on_device.is_cuda());
+      }
+      const std::string what = name + (h == kHalf ? " in float16" : " in bfloat16");
+      // The 16-bit result the CPU's region gives (the sums' order may move it by a rounding step)...
+      expect_close(on_device.cpu(), on_host, h == kHalf ? 2e-3 : 1.6e-2, what);
+      // ...which is not the float one.
+      CHECK_MESSAGE(double(amax(abs(on_device.cpu() - full)).item()) > 1e-5, what);
+    }
+  }
+}
+
+TEST_CASE("GradScaler on CUDA: the scaled loss, a non-finite gradient found on the device, the step skipped" * no_device()) {
+  Tensor<float> p = ones<float>({3}, kCuda0).requires_grad_();
+  optim::SGD opt(std::vector<Tensor<float>>{p}, optim::SGDOptions(0.1));
+  GradScaler scaler(GradScalerOptions{.init_scale = 8.0});
+  scaler.scale(sum(p * 2.0f)).backward();
+  expect_close(p.grad().cpu(), full<float>({3}, 16.0f), 0, "the scaled gradient");
+  CHECK(scaler.step(opt));
+  expect_close(p.detach().cpu(), full<float>({3}, 0.8f), 1e-7, "a step with the unscaled gradient 2");
+  scaler.update();
+  opt.zero_grad();
+  scaler.scale(sum(p * std::numeric_limits<float>::infinity())).backward();
+  CHECK_FALSE(scaler.step(opt));
+  scaler.update();
+  CHECK(scaler.get_scale() == 4.0);  // backed off
+  expect_close(p.detach().cpu(), full<float>({3}, 0.8f), 1e-7, "no step");
 }
 
 TEST_CASE("factories on a device, item and to_vector copy back" * no_device()) {

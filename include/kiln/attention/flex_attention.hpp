@@ -13,6 +13,7 @@
 
 #include "kiln/attention/flex_cpu.hpp"
 #include "kiln/core/autocast.hpp"
+#include "kiln/tensor/autocast_cast.hpp"
 #include "kiln/autograd/engine.hpp"
 
 namespace kiln::attention {
@@ -193,8 +194,8 @@ AttentionOutput<T> flex_attention(const Tensor<T>& query, const Tensor<T>& key, 
                                   const F& score_mod_fn, const BlockMask<M>& bm, const FlexOptions& o) {
   static_assert(is_floating_v<T>, "flex_attention: q, k and v must be floating point");
   if constexpr (std::is_same_v<T, float>) {
-    if (autocast::is_enabled(kCPU))  // q, k, v in the autocast type; the lse is float either way (core/autocast.hpp)
-      return autocast::with_cpu_dtype([&](auto h) {
+    if (autocast::applies_to(query))  // q, k, v in the autocast type; the lse is float either way (core/autocast.hpp)
+      return autocast::with_dtype(query.device().type(), [&](auto h) {
         using H = decltype(h);
         const AttentionOutput<H> low = detail::flex_attention(query.template to<H>(), key.template to<H>(),
                                                               value.template to<H>(), score_mod_fn, bm, o);

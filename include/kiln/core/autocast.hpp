@@ -11,8 +11,8 @@
 // Backward passes run with autocast off (the engine suspends it): a gradient is computed in the precision its
 // forward op used, whether backward() is called inside a region or not.
 //
-// The state is per thread and per device, as in PyTorch. The CUDA state can be set, but no op runs on CUDA
-// tensors yet (docs/cuda.md), so only the CPU one changes anything.
+// The state is per thread and per device type, as in PyTorch: an op follows the region of the device its operands
+// are on (AutocastGuard(kCUDA) for CUDA tensors, AutocastGuard(kCPU) for host ones).
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -75,10 +75,11 @@ inline int& nesting() {  // AutocastGuards alive on this thread
 }  // namespace detail
 inline void clear_cache() { detail::cast_cache().clear(); }
 
-// f(H{}) with H the CPU autocast type (bfloat16 or float16): what an autocast op calls for its float case.
+// f(H{}) with H the autocast type (bfloat16 or float16) of the device type an op runs on: what an autocast op calls
+// for its float case.
 template <class F>
-decltype(auto) with_cpu_dtype(F&& f) {
-  if (get_dtype(kCPU) == ScalarType::Half) return std::forward<F>(f)(float16{});
+decltype(auto) with_dtype(DeviceType device, F&& f) {
+  if (get_dtype(device) == ScalarType::Half) return std::forward<F>(f)(float16{});
   return std::forward<F>(f)(bfloat16{});
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "kiln/core/autocast.hpp"
+#include "kiln/tensor/autocast_cast.hpp"
 #include "kiln/cpu/parallel.hpp"
 #include "kiln/nn/module.hpp"
 #include "kiln/nn/winograd.hpp"
@@ -183,8 +184,8 @@ Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
                  std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
                  std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1) {
   if constexpr (std::is_same_v<T, float>) {
-    if (autocast::is_enabled(kCPU))  // in the autocast type, as PyTorch: input, weight and bias (core/autocast.hpp)
-      return autocast::with_cpu_dtype([&](auto h) {
+    if (autocast::applies_to(x))  // in the autocast type, as PyTorch: input, weight and bias (core/autocast.hpp)
+      return autocast::with_dtype(x.device().type(), [&](auto h) {
         using H = decltype(h);
         const Tensor<H> b = bias.defined() ? autocast::cast<H>(bias) : Tensor<H>();
         return conv2d(autocast::cast<H>(x), autocast::cast<H>(weight), b, stride, padding, dilation, groups)

@@ -135,7 +135,7 @@ KILN_DECL Tensor<float> linear(const Tensor<float>& x, const Tensor<float>& weig
   // Under autocast the weight is cast before it is transposed, so that its 16-bit copy is the cached one
   // (tensor/autocast_cast.hpp); the bias is added in float to the rounded product.
   const Tensor<float> y =
-      !autocast::is_enabled(kCPU)
+      !autocast::applies_to(x)
           ? matmul(x, weight.t())
           : kiln::detail::autocast_product(x, weight, [](const auto& a, const auto& w) { return matmul(a, w.t()); });
   return bias.defined() ? Tensor<float>(y + bias) : y;

@@ -9,9 +9,11 @@
 //   scaler.update();                              // backoff after a skipped step, growth after growth_interval good ones
 //
 // state_dict() has torch's names: "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker".
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kiln/optim/optimizer.hpp"
 #include "kiln/tensor/reduce.hpp"
@@ -50,15 +52,22 @@ class GradScaler {
     check<std::logic_error>(!r.unscaled, "GradScaler::unscale_: already called on this optimizer since the last update()");
     NoGradGuard no_grad;
     const double inv = 1.0 / scale_;
+    // Inf * 0 and NaN * 0 are NaN: sum(g * 0) of every gradient, added up where the gradients are (one 0-d double
+    // per device, so a GPU is read once per step, not once per parameter), is NaN when any element is not finite.
+    std::vector<Tensor<double>> probes;
     for (auto& group : optimizer.param_groups())
       for (auto& p : group.params) {
         auto g = p.grad();
         if (!g.defined()) continue;
         using C = compute_t<typename std::remove_cvref_t<decltype(g)>::value_type>;
-        // Inf * 0 and NaN * 0 are NaN: one fused pass finds any non-finite gradient.
-        if (!std::isfinite(double(sum(g * C(0)).item()))) r.found_inf = true;
+        const Tensor<double> probe = sum(g * C(0)).template to<double>();
+        auto same_device = std::find_if(probes.begin(), probes.end(), [&](const auto& t) { return t.device() == g.device(); });
+        if (same_device == probes.end()) probes.push_back(probe);
+        else *same_device = Tensor<double>(*same_device + probe);
         g *= C(inv);
       }
+    for (const Tensor<double>& probe : probes)
+      if (!std::isfinite(probe.item())) r.found_inf = true;
     r.unscaled = true;
   }
 

@@ -10,6 +10,28 @@
 
 namespace kiln::autocast {
 
+// The device type an op on x runs on (its first leaf's; the CPU for an expression of scalars), whose autocast
+// region applies to it.
+template <Operand X>
+DeviceType device_type_of(const X& x) {
+  if constexpr (TensorHandle<X>) {
+    return x.device().type();
+  } else {
+    DeviceType type = kCPU;
+    bool found = false;
+    for_each_leaf(x, [&](const auto& leaf) {
+      if (!found) type = leaf.impl->device().type();
+      found = true;
+    });
+    return type;
+  }
+}
+// Whether an autocast region is on for an op on x.
+template <Operand X>
+bool applies_to(const X& x) {
+  return is_enabled(device_type_of(x));
+}
+
 template <Dtype H, Operand X>
 Tensor<H> cast(const X& x) {
   if constexpr (std::is_same_v<X, Tensor<float>>) {

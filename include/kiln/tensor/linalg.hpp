@@ -214,7 +214,7 @@ namespace detail {
 // product is that type's (its node saves the 16-bit operands) and the result widens back to float.
 template <Operand X, Operand Y, class Product>
 Tensor<float> autocast_product(const X& x, const Y& y, Product product) {
-  return autocast::with_cpu_dtype([&](auto h) {
+  return autocast::with_dtype(autocast::device_type_of(x), [&](auto h) {
     using H = decltype(h);
     return Tensor<float>(product(autocast::cast<H>(x), autocast::cast<H>(y)).template to<float>());
   });
@@ -240,7 +240,7 @@ auto matmul(const X& x, const Y& y) {
                 "kiln: operands of matmul have different dtypes; convert one with .to<T>()");
   detail::require_gemm_dtype<T>();
   if constexpr (std::is_same_v<T, float>)
-    if (autocast::is_enabled(kCPU))
+    if (autocast::applies_to(x))
       return detail::autocast_product(x, y, [](const auto& a, const auto& b) { return matmul(a, b); });
   const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
   const int da = a.dim(), db = b.dim();
@@ -281,7 +281,7 @@ auto mm(const X& x, const Y& y) {
                 "kiln: operands of mm have different dtypes; convert one with .to<T>()");
   detail::require_gemm_dtype<T>();
   if constexpr (std::is_same_v<T, float>)
-    if (autocast::is_enabled(kCPU))
+    if (autocast::applies_to(x))
       return detail::autocast_product(x, y, [](const auto& a, const auto& b) { return mm(a, b); });
   const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
   if (a.dim() != 2 || b.dim() != 2)
@@ -302,7 +302,7 @@ auto bmm(const X& x, const Y& y) {
                 "kiln: operands of bmm have different dtypes; convert one with .to<T>()");
   detail::require_gemm_dtype<T>();
   if constexpr (std::is_same_v<T, float>)
-    if (autocast::is_enabled(kCPU))
+    if (autocast::applies_to(x))
       return detail::autocast_product(x, y, [](const auto& a, const auto& b) { return bmm(a, b); });
   const Tensor<T> a = detail::matmul_operand(x), b = detail::matmul_operand(y);
   if (a.dim() != 3 || b.dim() != 3)
