@@ -151,6 +151,37 @@ TEST_CASE("prod, logsumexp, var, std, cumsum, topk, max/min with indices, all, a
   CHECK(printed.str() == "tensor([ 1.5000, -2.0000,  3.0000], device='cuda:0')\ntensor(7, device='cuda:0')");
 }
 
+TEST_CASE("reductions with few outputs split each output's elements into chunks, then fold them: the CPU's results" * no_device()) {
+  CHECK(cuda::reduction_splits(1, 100000) == 390);  // (chunks of at least 256 elements, 2^16 threads at most)
+  CHECK(cuda::reduction_splits(4, 50000) == 195);
+  CHECK(cuda::reduction_splits(20000, 50000) == 1);  // outputs enough
+  CHECK(cuda::reduction_splits(1, 300) == 1);        // elements too few
+  Generator g(41);
+  const Tensor<float> x = randn<float>({4, 50000}, &g), y = randn<float>({4, 50000}, &g);
+  expect_same_gradients({x, y}, {true, true}, [](const auto& t) {
+    return Tensor<float>(sum(t[0] * t[1]) + sum(mean(t[0], Dims{1}) * 3.0f) + sum(amax(t[1], Dims{1})) -
+                         sum(amin(t[0] * 2.0f, Dims{1})) + norm(t[1]) + logsumexp(t[0]));
+  }, 1e-5, "split sum, mean, amax, amin, norm, logsumexp");
+  // Index reductions: the first extreme, also when equal values sit in a later chunk at a lower index (chunks
+  // interleave) or a NaN comes first.
+  Tensor<float> ties = zeros<float>({1, 100000});
+  ties.data_ptr()[1030] = 5;
+  ties.data_ptr()[7] = 5;
+  ties.data_ptr()[99999] = 5;
+  CHECK(argmax(ties.cuda(), 1).to_vector() == std::vector<int64_t>{7});
+  CHECK(argmin(ties.cuda(), 1).to_vector() == std::vector<int64_t>{0});
+  CHECK(std::get<1>(max(Tensor<float>(ties * -1.0f).cuda(), 1)).to_vector() == std::vector<int64_t>{0});
+  ties.data_ptr()[4000] = std::nanf("");
+  ties.data_ptr()[50000] = std::nanf("");
+  CHECK(argmax(ties.cuda(), 1).to_vector() == std::vector<int64_t>{4000});
+  CHECK(std::isnan(amax(ties.cuda()).item()));
+  // Integers, products.
+  const Tensor<int32_t> i = arange<int32_t>(0, 100000);
+  CHECK(sum(i.cuda()).item() == int64_t(99999) * 100000 / 2);
+  const Tensor<double> near_one = Tensor<double>(1.0 + randn<double>({20000}, &g) * 1e-4);
+  CHECK(prod(near_one.cuda()).item() == doctest::Approx(prod(near_one).item()).epsilon(1e-12));
+}
+
 TEST_CASE("autocast follows the region of the operands' device: CUDA products, linear, conv2d, attention in 16 bits" * no_device()) {
   Generator g(31);
   const Tensor<float> a = randn<float>({8, 16}, &g), b = randn<float>({16, 12}, &g), bias = randn<float>({12}, &g);

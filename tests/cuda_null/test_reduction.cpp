@@ -34,16 +34,25 @@ bool close(T got, T want) {
   else return got == want;
 }
 
-// Reduces e over dims with kernel kind R and compares with the CPU's `reference` result.
-// Runs kernel k (made for e over dims) and compares its output with the CPU's `reference` through `same`.
+// Runs kernel k (made for e over dims) and compares its output with the CPU's `reference` through `same`. A split
+// reduction's combine kernel k runs after its `partial` kernel, over `splits` chunks per output.
 template <class E, class Out, class Same>
 void add_kernel(ShimSuite& s, const std::string& label, const cuda::KernelSource& k, const E& e, const Dims& dims,
-                const Tensor<Out>& reference, Same same) {
+                const Tensor<Out>& reference, Same same, const cuda::KernelSource* partial = nullptr, int64_t splits = 1) {
   const Shape in = e.shape();
   const Tensor<Out> out = full<Out>(reference.shape(), Out(77));
   std::vector<std::shared_ptr<TensorImpl>> arrays;
   for_each_leaf(e, [&](const auto& leaf) { arrays.push_back(leaf.impl); });
-  const auto words = cuda::reduction_descriptor(e, k, in, dims, {out.data_ptr(), out.strides()});
+  const int64_t items = out.numel() * splits;
+  const Tensor<int64_t> scratch = zeros<int64_t>({2 * items});  // accumulators, then indices
+  arrays.push_back(scratch.impl_ptr());
+  using cuda::detail::word_of;
+  const std::vector<uint64_t> tail =
+      partial ? std::vector<uint64_t>{word_of(splits), word_of(static_cast<const void*>(scratch.data_ptr())),
+                                      word_of(static_cast<const void*>(scratch.data_ptr() + items))}
+              : std::vector<uint64_t>{};
+  const auto words = cuda::reduction_descriptor(e, k, in, dims, {out.data_ptr(), out.strides()}, tail);
+  if (partial) s.add(label + " over " + kiln::detail::cat(dims) + ", partial", *partial, words, [] {});
   s.add(label + " over " + kiln::detail::cat(dims), k, words, [=] {
                     const std::vector<Out> got = out.to_vector(), want = reference.to_vector();
                     REQUIRE(got.size() == want.size());
@@ -60,6 +69,14 @@ template <cuda::Reduce R, class E, class Out>
 void add(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, const Tensor<Out>& reference) {
   const auto k = cuda::reduction_kernel<R>(e, cuda::reduction_variant(e.shape(), dims, e), s.entry("red"));
   add_kernel(s, label, k, e, dims, reference, [](Out a, Out b) { return close(a, b); });
+}
+
+// The split form, 3 chunks per output (interleaved: elements s, s + 3, ...).
+template <cuda::Reduce R, class E, class Out>
+void add_split(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, const Tensor<Out>& reference) {
+  const auto ks = cuda::split_reduction_kernels<R>(e, cuda::reduction_variant(e.shape(), dims, e), s.entry("split"));
+  add_kernel(s, label + " in 3 chunks", ks.combine, e, dims, reference, [](Out a, Out b) { return close(a, b); },
+             &ks.partial, 3);
 }
 
 template <bool kLog, class E, class Out>
@@ -88,7 +105,12 @@ void add_dtype(ShimSuite& s) {
     add<cuda::Reduce::Max>(s, "amax " + name, e, dims, amax(e, dims));
     add<cuda::Reduce::Min>(s, "amin " + name, e, dims, amin(e, dims));
     if constexpr (is_floating_v<T>) add<cuda::Reduce::Mean>(s, "mean " + name, e, dims, mean(e, dims));
+    add_split<cuda::Reduce::Sum>(s, "sum " + name, e, dims, sum(e, dims));
+    add_split<cuda::Reduce::Max>(s, "amax " + name, e, dims, amax(e, dims));
+    if constexpr (is_floating_v<T>) add_split<cuda::Reduce::Mean>(s, "mean " + name, e, dims, mean(e, dims));
   }
+  add_split<cuda::Reduce::ArgMax>(s, "argmax " + name, e, Dims{2}, argmax(e, 2));
+  add_split<cuda::Reduce::ArgMin>(s, "argmin " + name, e, Dims{0}, argmin(e, 0));
   if constexpr (std::is_floating_point_v<T>) {
     for (int64_t dim : {0, 1, 2}) {
       add_softmax<false>(s, "softmax " + name, e, dim, softmax(e, dim));

@@ -133,11 +133,30 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
   for (int i = 0; i < in.size(); ++i)
     if (!(rd.mask >> i & 1u)) kept.push_back(in[i]);
   const cuda::ReductionVariant variant = cuda::reduction_variant(in, dims, e);
+  cuda::DeviceContext& context = cuda::DeviceContext::get(device.index());
+  const cuda::ArrayRef to{out->device_bytes(), contiguous_strides(kept)};
+  if (const int64_t splits = cuda::reduction_splits(out->numel(), rd.count); splits > 1) {
+    // Few outputs, many elements each: partial results per chunk (8 bytes each: an accumulator, an index), folded.
+    struct Partial;
+    struct Combine;
+    const auto make = [&] { return cuda::split_reduction_kernels<R>(e, variant); };
+    const cuda::KernelSource& partial = kernel_for<std::pair<E, Partial>>(cat(int(R), variant.key()), [&] { return make().partial; });
+    const cuda::KernelSource& combine = kernel_for<std::pair<E, Combine>>(cat(int(R), variant.key()), [&] { return make().combine; });
+    const int64_t items = out->numel() * splits;
+    const auto scratch = cuda_empty<int64_t>({2, items}, device);
+    using cuda::detail::word_of;
+    const auto words = cuda::reduction_descriptor(
+        e, combine, in, dims, to,
+        {word_of(splits), word_of(static_cast<const void*>(scratch->device_bytes())),
+         word_of(static_cast<const void*>(scratch->device_bytes() + items * 8))});
+    context.launch(partial, words, launch_for(items));
+    context.launch(combine, words, launch_for(out->numel()));
+    return Tensor<Out>(out);
+  }
   struct Tag;
   const cuda::KernelSource& kernel =
       kernel_for<std::pair<E, Tag>>(cat(int(R), variant.key()), [&] { return cuda::reduction_kernel<R>(e, variant); });
-  const auto words = cuda::reduction_descriptor(e, kernel, in, dims, {out->device_bytes(), contiguous_strides(kept)});
-  cuda::DeviceContext::get(device.index()).launch(kernel, words, launch_for(out->numel()));
+  context.launch(kernel, cuda::reduction_descriptor(e, kernel, in, dims, to), launch_for(out->numel()));
   return Tensor<Out>(out);
 }
 

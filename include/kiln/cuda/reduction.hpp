@@ -66,42 +66,86 @@ struct Accumulator {
     else if constexpr (arg) return "arg";
     else return "acc";
   }
+  // Folds a chunk's partial accumulator v (and its index parg) into acc, in chunk order: sums and products add or
+  // multiply; extremes keep the NaN rule; argmax/argmin take an equal value from a lower index too (a chunk's
+  // elements interleave with the others', so a later chunk can hold an earlier index).
+  static std::string combine(const std::string& v) {
+    if constexpr (sum) return cat("acc += ", v, ";");
+    if constexpr (product) return cat("acc *= ", v, ";");
+    if constexpr (!arg) return step(v);
+    const std::string better = cat(v, max ? " > acc" : " < acc");
+    const std::string take = cat("{ acc = ", v, "; arg = parg; }");
+    if constexpr (floating)
+      return cat("if (acc != acc ? (", v, " != ", v, " && parg < arg) : (", v, " != ", v, " || ", better, " || (", v,
+                 " == acc && parg < arg))) ", take);
+    else return cat("if (", better, " || (", v, " == acc && parg < arg)) ", take);
+  }
 };
+
 
 // One pass over the reduced elements of output element o (coordinates c0.. set): e evaluated at each, then
 // step(value). Every pass numbers leaves and scalars alike, so passes share the descriptor.
-template <Expression E, class Step>
-std::string row_pass(const E& e, const ReductionVariant& v, int out_rank, Step&& step, Emitter& em) {
+// (first and stride: a split reduction's chunk s takes elements s, s + splits, ..., so neighbouring threads read
+// neighbouring elements.)
+inline void start_rows(const ReductionVariant& v, int out_rank, Emitter& em) {
   em = Emitter{};
   em.dense = false;
   em.rank = v.kept + v.reduced;
   em.out_rank = out_rank;
+}
+template <Expression E, class Step>
+std::string row_pass(const E& e, const ReductionVariant& v, int out_rank, Step&& step, Emitter& em,
+                     const std::string& first = "0", const std::string& stride = "1") {
+  start_rows(v, out_rank, em);
   em.body = coordinates("r", v.kept, v.reduced, "rsize");
   const TapeVars root = emit(e, em);
   em.line(step(root.var, em));
-  return "    for (kiln_index r = 0; r < (kiln_index)d.m; ++r) {\n" + em.body + "    }\n";
+  return cat("    for (kiln_index r = ", first, "; r < (kiln_index)d.m; r += ", stride, ") {\n", em.body, "    }\n");
 }
 
 // The program around `body` (inside the loop over output elements o, coordinates c0.. of the kept dims set);
 // outputs have strides over the first out_rank coordinates.
-inline void assemble_rows(KernelSource& k, const ReductionVariant& v, int out_rank, const std::string& body) {
+// A split reduction's partial kernel runs over (output, chunk) pairs instead: o and s set.
+enum class RowLoop { Outputs, Chunks };
+inline void assemble_rows(KernelSource& k, const ReductionVariant& v, int out_rank, const std::string& body,
+                          bool split = false, RowLoop loop = RowLoop::Outputs) {
   k.outputs = 1;
   k.variant = {false, v.kept, v.index32};
   const size_t kept = size_t(v.kept), all = size_t(v.kept + v.reduced), in = size_t(k.inputs);
-  assemble(k,
-           {{"long long n", 1},
-            {cat("long long size[", kept, "]"), kept},
-            {"long long m", 1},
-            {cat("long long rsize[", v.reduced, "]"), size_t(v.reduced)},
-            {"void* out[1]", 1},
-            {cat("long long out_stride[1][", out_rank, "]"), size_t(out_rank)},
-            {cat("const void* in[", in, "]"), in},
-            {cat("long long stride[", in, "][", all, "]"), in * all},
-            {cat("kiln_scalar scalar[", k.scalars, "]"), size_t(k.scalars)}},
-           grid_stride_loop("o", "d.n", coordinates("o", 0, v.kept, "size") + body));
+  std::vector<Field> fields = {{"long long n", 1},
+                               {cat("long long size[", kept, "]"), kept},
+                               {"long long m", 1},
+                               {cat("long long rsize[", v.reduced, "]"), size_t(v.reduced)},
+                               {"void* out[1]", 1},
+                               {cat("long long out_stride[1][", out_rank, "]"), size_t(out_rank)},
+                               {cat("const void* in[", in, "]"), in},
+                               {cat("long long stride[", in, "][", all, "]"), in * all},
+                               {cat("kiln_scalar scalar[", k.scalars, "]"), size_t(k.scalars)}};
+  if (split) fields.insert(fields.end(), {{"long long splits", 1}, {"void* partial", 1}, {"void* partial_arg", 1}});
+  const std::string rows = coordinates("o", 0, v.kept, "size") + body;
+  assemble(k, fields,
+           loop == RowLoop::Outputs
+               ? grid_stride_loop("o", "d.n", rows)
+               : grid_stride_loop("item", "(d.n * d.splits)",
+                                  "    const kiln_index o = item / (kiln_index)d.splits, s = item % (kiln_index)d.splits;\n" + rows));
 }
 
 }  // namespace detail
+
+// How many chunks each output's reduced elements split into: one (a thread per output) when there are outputs
+// enough to fill a GPU or elements too few to share; otherwise up to 2^16 threads in all, each chunk at least 256
+// elements. Fixed for a shape, so a reduction gives the same result every run.
+inline int64_t reduction_splits(int64_t outputs, int64_t reduced) {
+  constexpr int64_t kThreads = int64_t(1) << 16, kMinChunk = 256;
+  if (outputs >= kThreads / 4 || reduced < 2 * kMinChunk) return 1;
+  return std::clamp<int64_t>(reduced / kMinChunk, 1, kThreads / std::max<int64_t>(outputs, 1));
+}
+
+// The two kernels of a split reduction (they share reduction_descriptor's block and three more words: splits,
+// partial, partial_arg).
+struct SplitReduction {
+  KernelSource partial, combine;
+};
 
 // The kernel reducing e over `v.reduced` dims into an output over `v.kept` dims.
 template <Reduce R, Expression E>
@@ -123,6 +167,43 @@ KernelSource reduction_kernel(const E& e, const ReductionVariant& v, std::string
                         A::declare() + pass + "    " +
                             detail::store_element<Out>("d.out[0]", em.out_offset(0), result) + "\n");
   return k;
+}
+
+// The split form of reduction_kernel<R>(e, v): chunk s of output o reduces elements s, s + splits, ... into
+// partial[o * splits + s] (and its index into partial_arg), then each output folds its chunks in order.
+template <Reduce R, Expression E>
+SplitReduction split_reduction_kernels(const E& e, const ReductionVariant& v, const std::string& entry = "kiln_reduce") {
+  using T = typename E::value_type;
+  using A = detail::Accumulator<R, T>;
+  using Out = typename A::Result;
+  check<std::invalid_argument>(!A::arg || v.reduced == 1, "kiln::cuda: argmax/argmin reduce one dim, not ", v.reduced);
+  const std::string type = A::type();
+  SplitReduction kernels;
+  detail::Emitter em;
+  const std::string pass = detail::row_pass(
+      e, v, v.kept, [](const std::string& x, detail::Emitter&) { return A::step(x); }, em, "s", "(kiln_index)d.splits");
+  kernels.partial.entry = entry + "_partial";
+  kernels.partial.inputs = em.leaves;
+  kernels.partial.scalars = em.scalars;
+  detail::assemble_rows(kernels.partial, v, v.kept,
+                        A::declare() + pass + detail::cat("    ((", type, "*)d.partial)[item] = acc;\n",
+                                                          A::arg ? "    ((long long*)d.partial_arg)[item] = arg;\n" : ""),
+                        true, detail::RowLoop::Chunks);
+  kernels.combine.entry = entry + "_combine";
+  kernels.combine.inputs = em.leaves;
+  kernels.combine.scalars = em.scalars;
+  detail::start_rows(v, v.kept, em);
+  const std::string result = detail::cat("(", detail::compute_name<Out>(), ")(", A::result(), ")");
+  detail::assemble_rows(
+      kernels.combine, v, v.kept,
+      A::declare() +
+          detail::cat("    for (long long s = 0; s < d.splits; ++s) {\n",
+                      "      const ", type, " v = ((const ", type, "*)d.partial)[o * d.splits + s];\n",
+                      A::arg ? "      const long long parg = ((const long long*)d.partial_arg)[o * d.splits + s];\n" : "",
+                      "      ", A::combine("v"), "\n    }\n    ",
+                      detail::store_element<Out>("d.out[0]", em.out_offset(0), result), "\n"),
+      true);
+  return kernels;
 }
 
 // softmax (or, with kLog, log_softmax) of e along the `v.reduced` dim, as torch's: per row the max, then the
@@ -166,10 +247,11 @@ ReductionVariant reduction_variant(const Shape& in, const Dims& dims, const E&..
   return {in.size() - reduced, reduced, detail::fits_index32(detail::leaf_reach(numel_of(in), e...))};
 }
 
-// The block for reduction_kernel (out: strides over the kept dims) or softmax_kernel (out: e's shape).
+// The block for reduction_kernel (out: strides over the kept dims) or softmax_kernel (out: e's shape); a split
+// reduction's kernels take `tail` after it (splits, partial, partial_arg).
 template <Expression E>
 std::vector<uint64_t> reduction_descriptor(const E& e, const KernelSource& k, const Shape& in, const Dims& dims,
-                                           const ArrayRef& out) {
+                                           const ArrayRef& out, const std::vector<uint64_t>& tail = {}) {
   std::vector<int> kept, reduced;
   for (int i = 0; i < in.size(); ++i)
     (std::find(dims.begin(), dims.end(), int64_t(i)) != dims.end() ? reduced : kept).push_back(i);
@@ -197,6 +279,7 @@ std::vector<uint64_t> reduction_descriptor(const E& e, const KernelSource& k, co
   });
   for (const Strides& s : strides) permuted(s, w);
   detail::append_scalars(w, e);
+  w.insert(w.end(), tail.begin(), tail.end());
   return detail::checked_block(std::move(w), k);
 }
 
