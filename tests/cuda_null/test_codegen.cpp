@@ -370,6 +370,41 @@ TEST_CASE("the variant follows the operands: dense, strided, 64-bit indices") {
   CHECK_FALSE(cuda::choose_variant(Leaf<float>(big), big->shape, big->strides).index32);
 }
 
+TEST_CASE("the dense loop reads and writes four float or int32 elements at once where every array is 16-byte aligned") {
+  Generator g(9);
+  const Tensor<float> x = randn<float>({4099}, &g), y = randn<float>({4099}, &g);
+  const Tensor<int32_t> n = arange<int32_t>(0, 4099);
+  const cuda::KernelVariant dense{};
+  // Which kernels have the vectorized form: float and int32 arrays, up to 8 leaves, the dense loop only.
+  CHECK(cuda::forward_kernel(x * y + 1.0f, dense).source.find("kiln_vectors") != std::string::npos);
+  CHECK(cuda::forward_kernel(n * 3, dense).source.find("kiln_vectors") != std::string::npos);
+  CHECK(cuda::forward_kernel(x * y, cuda::KernelVariant{false, 1, true}).source.find("kiln_vectors") == std::string::npos);
+  CHECK(cuda::forward_kernel(x.to<double>() * 2.0, dense).source.find("kiln_vectors") == std::string::npos);
+  CHECK(cuda::forward_kernel(n.to<float>() * x, dense).source.find("kiln_vectors") != std::string::npos);
+  auto nine = x + x + x + x + x + x + x + x + x;
+  CHECK(cuda::forward_kernel(nine, dense).source.find("kiln_vectors") == std::string::npos);
+  // Aligned arrays (1024 groups and 3 elements after them), an operand 4 bytes off alignment (the scalar loop for
+  // all), two outputs one of which is a leaf (every lane's values are computed before the stores): the CPU's values.
+  ShimSuite ks;
+  add_forward(ks, "aligned x * y + 1", x * y + 1.0f, 0);
+  add_forward(ks, "int32 n * 3 - n", n * 3 - n, 0);
+  const Tensor<float> shifted = x.narrow(0, 1, 4098);
+  CHECK(reinterpret_cast<uintptr_t>(shifted.data_ptr()) % 16 != 0);
+  add_forward(ks, "a misaligned operand", shifted * y.narrow(0, 0, 4098), 0);
+  const Tensor<float> a = x.clone(), b = y.clone();
+  const auto k = cuda::forward_kernel_all(dense, ks.entry("all"), Tensor<float>(a + b) * 1.0f, a * 2.0f);
+  CHECK(k.source.find("kiln_vectors") != std::string::npos);
+  const auto words = cuda::forward_descriptor_all(k, a.shape(), {{b.data_ptr(), b.strides()}, {a.data_ptr(), a.strides()}},
+                                                  Tensor<float>(a + b) * 1.0f, a * 2.0f);
+  const Tensor<float> want_b(x + y), want_a(x * 2.0f);
+  ks.add("two outputs, one a leaf", k, words, [=] {
+    check_equal(b, want_b, 0, "b = a + b");
+    check_equal(a, want_a, 0, "a = 2 a, from a's value before the stores");
+  });
+  ks.run_all();
+  ks.check_nvrtc({80, 90}, "vectorized.cu");
+}
+
 TEST_CASE("generated source names every operand and scalar once, and rejects a malformed op string") {
   const Tensor<float> x = zeros<float>({3});
   const auto k = cuda::forward_kernel(x * 2.0f + x, {});

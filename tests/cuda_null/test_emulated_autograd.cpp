@@ -236,7 +236,7 @@ TEST_CASE("GradScaler on CUDA: the scaled loss, a non-finite gradient found on t
   expect_close(p.detach().cpu(), full<float>({3}, 0.8f), 1e-7, "no step");
 }
 
-TEST_CASE("factories on a device, item and to_vector copy back" * no_device()) {
+TEST_CASE("factories and random fills on a device, item and to_vector copy back" * no_device()) {
   const Tensor<float> z = zeros<float>({3, 2}, kCuda0), o = ones_like(z), f = full_like(z, 2.5f);
   CHECK(z.is_cuda());
   CHECK(o.is_cuda());
@@ -244,6 +244,33 @@ TEST_CASE("factories on a device, item and to_vector copy back" * no_device()) {
   CHECK(f.to_vector() == std::vector<float>(6, 2.5f));
   CHECK(sum(o).item() == 6.0f);
   CHECK(zeros<float>({0}, kCuda0).to_vector().empty());
+  // Random fills of CUDA tensors draw on the host from the same generator: the CPU's values, views too.
+  const auto same_draws = [](const std::string& what, const std::function<Tensor<float>(Device)>& draw) {
+    manual_seed(3);
+    const Tensor<float> host = draw(kCPU);
+    manual_seed(3);
+    const Tensor<float> device = draw(kCuda0);
+    CHECK_MESSAGE(device.is_cuda(), what);
+    CHECK_MESSAGE(device.to_vector() == host.to_vector(), what);
+  };
+  same_draws("uniform_", [](Device d) { return uniform_(empty<float>({5, 3}, d), -2, 3); });
+  same_draws("normal_ of a column", [](Device d) {
+    Tensor<float> t = zeros<float>({5, 3}, d);
+    normal_(t.select(1, 1), 1, 2);
+    return t;
+  });
+  same_draws("bernoulli_", [](Device d) { return bernoulli_(empty<float>({40}, d), 0.3); });
+  same_draws("rand_like", [](Device d) { return rand_like(zeros<float>({4}, d)); });
+  same_draws("randn_like", [](Device d) { return randn_like(zeros<float>({4}, d)); });
+  same_draws("bernoulli(p)", [](Device d) { return bernoulli(full<float>({30}, 0.5f, d)); });
+  same_draws("multinomial", [](Device d) {
+    return multinomial(tensor<float>({0.1f, 0.0f, 0.6f, 0.3f}).to(d), 3).to<float>();
+  });
+  const Tensor<float> x = randn<float>({4, 9});
+  const auto [v, m] = var_mean(x.cuda(), Dims{1});
+  CHECK(v.is_cuda());
+  expect_close(v.cpu(), std::get<0>(var_mean(x, Dims{1})), 1e-6, "var_mean's variance");
+  expect_close(m.cpu(), mean(x, Dims{1}), 1e-6, "var_mean's mean");
 }
 
 TEST_CASE("Module::to moves parameters in place, and Adam steps on the device as on the CPU" * no_device()) {

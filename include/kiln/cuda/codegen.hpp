@@ -149,6 +149,8 @@ struct Emitter {
   int scalars = 0;
   int vars = 0;
   bool scalars_are_literals = false;  // inside a derivative: Scalar nodes are constants
+  int lane = -1;  // in the dense loop's vectorized form, the lane (0..3) of group i4 being emitted: leaves are read
+                  // from one 16-byte load per group (made in lane 0)
 
   void line(const std::string& s) { body += "    " + s + "\n"; }
   // Offsets of operand j and output j at the loop's element: i, or the coordinates c0.. times the array's
@@ -182,10 +184,30 @@ inline constexpr bool is_cast<ops::Cast<U>> = true;
 // and a 64-leaf strided kernel then spills 1.5 KB; fenced into groups of 8 it does not.
 inline constexpr int kLeavesPerLoadGroup = 8;
 
+// The vectorized form's element types: 4 bytes, read and written as the bits of a kiln_u32x4 lane.
+template <class T>
+inline constexpr bool kVectorLane = std::is_same_v<T, float> || std::is_same_v<T, int32_t>;
+template <class T>
+std::string from_lane_bits(const std::string& bits) {
+  if constexpr (std::is_same_v<T, float>) return cat("__uint_as_float(", bits, ")");
+  else return cat("(int)", bits);
+}
+template <class T>
+std::string to_lane_bits(const std::string& value) {
+  if constexpr (std::is_same_v<T, float>) return cat("__float_as_uint(", value, ")");
+  else return cat("(unsigned)(", value, ")");
+}
+
 template <class T>
 TapeVars emit(const Leaf<T>&, Emitter& em) {
   const int k = em.leaves++;
   if (k > 0 && k % kLeavesPerLoadGroup == 0) em.line("KILN_LOAD_FENCE();");
+  if constexpr (kVectorLane<T>) {
+    if (em.lane >= 0) {
+      if (em.lane == 0) em.line(cat("const kiln_u32x4 q", k, " = ((const kiln_u32x4*)d.in[", k, "])[i4];"));
+      return {em.define(compute_name<T>(), from_lane_bits<T>(cat("q", k, ".", "xyzw"[em.lane]))), {}};
+    }
+  }
   return {em.define(compute_name<T>(), load_element<T>(cat("d.in[", k, "]"), em.in_offset(k))), {}};
 }
 template <class T>
@@ -315,9 +337,24 @@ inline std::string coordinates(std::string_view var, int first, int dims, std::s
   return s + cat("    const kiln_index c", first, " = rest_", var, ";\n");
 }
 
-// An elementwise kernel: one grid-stride loop over the output's elements.
+inline std::string vectorized_loops(int inputs, int outputs, const std::string& vector_body, const std::string& body) {
+  std::string addresses = "0ull";
+  for (int k = 0; k < inputs; ++k) addresses += cat(" | (unsigned long long)d.in[", k, "]");
+  for (int k = 0; k < outputs; ++k) addresses += cat(" | (unsigned long long)d.out[", k, "]");
+  const std::string first = "(kiln_index)blockIdx.x * (kiln_index)blockDim.x + (kiln_index)threadIdx.x";
+  const std::string step = "(kiln_index)blockDim.x * (kiln_index)gridDim.x";
+  return cat("  const bool kiln_vectors = ((", addresses, ") & 15ull) == 0;\n",
+             "  const kiln_index kiln_groups = kiln_vectors ? (kiln_index)(d.n / 4) : 0;\n",
+             "  for (kiln_index i4 = ", first, "; i4 < kiln_groups; i4 += ", step, ") {\n", vector_body, "  }\n",
+             "  for (kiln_index i = 4 * kiln_groups + ", first, "; i < (kiln_index)d.n; i += ", step, ") {\n", body, "  }\n");
+}
+
+// An elementwise kernel: one grid-stride loop over the output's elements. With a `vector_body` (the dense loop's
+// vectorized form: group i4 is elements 4 i4 .. 4 i4 + 3), when every array is 16-byte aligned the groups run first
+// and `body` takes the elements past the last whole group; otherwise `body` takes every element. (The test is the
+// same for every thread: no divergence.)
 inline KernelSource assemble_elementwise(std::string entry, const std::string& body, int inputs, int outputs, int scalars,
-                                         const KernelVariant& v) {
+                                         const KernelVariant& v, const std::string& vector_body = "") {
   KernelSource k;
   k.entry = std::move(entry);
   k.inputs = inputs;
@@ -334,8 +371,42 @@ inline KernelSource assemble_elementwise(std::string entry, const std::string& b
             {cat("const void* in[", in, "]"), in},
             {cat("long long stride[", in, "][", r, "]"), in * r},
             {cat("kiln_scalar scalar[", scalars, "]"), size_t(scalars)}},
-           grid_stride_loop("i", "d.n", coordinates("i", 0, int(r), "size") + body));
+           vector_body.empty() ? grid_stride_loop("i", "d.n", coordinates("i", 0, int(r), "size") + body)
+                               : vectorized_loops(inputs, outputs, vector_body, body));
   return k;
+}
+
+// The dense loop's vectorized form of out[k] = e_k (empty where it does not apply: a strided loop, an array of other
+// than float or int32 elements, or more leaves than one load group, whose four lanes each would hold too many
+// registers): the tree emitted once per lane, every lane's values computed before the outputs' 16-byte stores (an
+// output may be a leaf).
+template <Expression... E>
+std::string vector_body(const KernelVariant& v, const E&... e) {
+  bool lanes_fit = v.contiguous && (kVectorLane<typename E::value_type> && ...);
+  int leaves = 0;
+  const auto visit = [&](const auto& leaf) {
+    lanes_fit = lanes_fit && kVectorLane<typename std::remove_cvref_t<decltype(leaf)>::value_type>;
+    ++leaves;
+  };
+  (for_each_leaf(e, visit), ...);
+  if (!lanes_fit || leaves > kLeavesPerLoadGroup) return "";
+  Emitter em;
+  em.set_loop(v);
+  std::vector<std::vector<std::string>> lanes;
+  for (int lane = 0; lane < 4; ++lane) {
+    em.lane = lane;
+    em.leaves = em.scalars = 0;  // (each lane numbers the same leaves and scalars)
+    lanes.push_back({emit(e, em).var...});
+  }
+  int k = 0;
+  const auto store = [&]<class T>(const T*) {
+    std::string words;
+    for (int lane = 0; lane < 4; ++lane) words += (lane ? ", " : "") + to_lane_bits<T>(lanes[size_t(lane)][size_t(k)]);
+    em.line(cat("((kiln_u32x4*)d.out[", k, "])[i4] = kiln_u32x4{", words, "};"));
+    ++k;
+  };
+  (store(static_cast<const typename E::value_type*>(nullptr)), ...);
+  return em.body;
 }
 
 }  // namespace detail
@@ -353,7 +424,8 @@ KernelSource forward_kernel_all(const KernelVariant& v, std::string entry, const
                                                           roots[size_t(k)])),
     ++k),
    ...);
-  return detail::assemble_elementwise(std::move(entry), em.body, em.leaves, int(sizeof...(E)), em.scalars, v);
+  return detail::assemble_elementwise(std::move(entry), em.body, em.leaves, int(sizeof...(E)), em.scalars, v,
+                                      detail::vector_body(v, e...));
 }
 
 // The forward kernel of e: out[0] = e.

@@ -19,6 +19,8 @@ inline constexpr std::string_view kPrelude = R"KILN(#ifndef KILN_CUDA_PRELUDE
 // A scalar operand in a kernel's descriptor block: double for floating types (a float is exact in it),
 // long long for integers and bool.
 union kiln_scalar { double f; long long i; };
+// Four 4-byte elements, loaded and stored as one 16-byte access (the dense loop's vectorized form, codegen.hpp).
+struct __align__(16) kiln_u32x4 { unsigned x, y, z, w; };
 
 template <class A, class B> struct kiln_same { static constexpr bool value = false; };
 template <class A> struct kiln_same<A, A> { static constexpr bool value = true; };

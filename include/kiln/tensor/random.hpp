@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "kiln/core/generator.hpp"
+#include "kiln/tensor/device_copy.hpp"
 #include "kiln/tensor/factory.hpp"
 
 namespace kiln {
@@ -29,7 +30,11 @@ template <Dtype T, class Fill>
 Tensor<T> fill_random(const Tensor<T>& t, const char* op, Fill fill) {
   check_random_destination(t, op);
   Tensor<T> dst = t;
-  if (dst.is_contiguous()) {
+  if (dst.is_cuda()) {  // drawn on the host from the same generator, so a CUDA tensor gets the CPU's values
+    Tensor<T> tmp = empty<T>(dst.shape());
+    fill(tmp.data_ptr(), tmp.numel());
+    dst.copy_(tmp);
+  } else if (dst.is_contiguous()) {
     fill(dst.data_ptr(), dst.numel());
     dst.impl().storage->bump_version();  // an in-place write, as copy_ would record
   } else {
@@ -107,13 +112,14 @@ Tensor<T> randint(int64_t high, const Shape& shape, Generator* gen = nullptr) {
   return randint<T>(0, high, shape, gen);
 }
 
+// On t's device (drawn on the host, as a CPU tensor's would be).
 template <Dtype T>
-Tensor<T> rand_like(const Tensor<T>& t, Generator* gen = nullptr) { return rand<T>(t.shape(), gen); }
+Tensor<T> rand_like(const Tensor<T>& t, Generator* gen = nullptr) { return rand<T>(t.shape(), gen).to(t.device()); }
 template <Dtype T>
-Tensor<T> randn_like(const Tensor<T>& t, Generator* gen = nullptr) { return randn<T>(t.shape(), gen); }
+Tensor<T> randn_like(const Tensor<T>& t, Generator* gen = nullptr) { return randn<T>(t.shape(), gen).to(t.device()); }
 template <Dtype T>
 Tensor<T> randint_like(const Tensor<T>& t, int64_t low, int64_t high, Generator* gen = nullptr) {
-  return randint<T>(low, high, t.shape(), gen);
+  return randint<T>(low, high, t.shape(), gen).to(t.device());
 }
 
 // Each element 1 with the probability held at its place in p (torch.bernoulli(p)). Compares a uniform draw in
@@ -122,14 +128,14 @@ template <Dtype T>
 Tensor<T> bernoulli(const Tensor<T>& p, Generator* gen = nullptr) {
   static_assert(is_floating_v<T>, "kiln: bernoulli needs a floating dtype; use randint or random_ for integers");
   using U = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const Tensor<U> u = rand<U>(p.shape(), gen);
+  const Tensor<U> u = rand<U>(p.shape(), gen).to(p.device());
   const Tensor<U> pu = p.template to<U>();
   return Tensor<T>((u < pu).template to<T>());
 }
 // A tensor of p's shape whose elements are 1 with probability `prob` (torch.bernoulli(input, p)).
 template <Dtype T>
 Tensor<T> bernoulli(const Tensor<T>& like, double prob, Generator* gen = nullptr) {
-  return bernoulli_(empty<T>(like.shape()), prob, gen);
+  return bernoulli_(empty<T>(like.shape(), like.device()), prob, gen);
 }
 
 // Indices drawn from the categories of each row of probs [n] or [rows, n] (non-negative weights, not
@@ -144,7 +150,7 @@ Tensor<int64_t> multinomial(const Tensor<T>& probs, int64_t num_samples, bool re
   const int64_t rows = probs.dim() == 2 ? probs.size(0) : 1, n = probs.size(-1);
   check(num_samples >= 1 && (replacement || num_samples <= n), "multinomial: cannot draw ", num_samples, " samples from ",
         n, " categories ", replacement ? "" : "without replacement");
-  const Tensor<double> p = probs.template to<double>().contiguous();
+  const Tensor<double> p = probs.template to<double>().cpu().contiguous();  // (drawn on the host)
   const Tensor<double> u = rand<double>({rows, num_samples}, gen);
   Tensor<int64_t> out = empty<int64_t>(probs.dim() == 2 ? Shape{rows, num_samples} : Shape{num_samples});
   std::vector<double> w(static_cast<size_t>(n));
@@ -166,7 +172,7 @@ Tensor<int64_t> multinomial(const Tensor<T>& probs, int64_t num_samples, bool re
       if (!replacement) w[size_t(pick)] = 0;
     }
   }
-  return out;
+  return out.to(probs.device());
 }
 
 // A random permutation of 0 .. n-1 (torch.randperm): sorts n random 64-bit keys, ties broken by index, so the

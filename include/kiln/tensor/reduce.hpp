@@ -432,8 +432,13 @@ auto var_mean_impl(const E& e, const Shape& in, const Reduction& rd, double corr
   using T = typename E::value_type;
   require_floating<T>();
   if constexpr (is_floating_v<T> && leaf_count_v<E> > 0) {
-    // With a graph, two differentiable reductions of the materialized input instead of one pass.
-    if (autograd::needs_graph(e)) {
+    // With a graph, or on a device, two reductions of the materialized input instead of one pass.
+    bool on_device = false;
+#ifdef KILN_WITH_CUDA
+    const std::optional<Device> d = leaves_device(e);
+    on_device = d && d->is_cuda();
+#endif
+    if (autograd::needs_graph(e) || on_device) {
       const Leaf<T> x(Tensor<T>(e).impl_ptr());
       return std::make_tuple(var_impl(x, in, rd, correction, take_sqrt), mean_impl(x, in, rd));
     }
