@@ -13,14 +13,24 @@
 
 namespace kiln::cuda {
 
-template <Dtype T, Dtype Out>
-KernelSource cumsum_kernel(bool index32, std::string entry = "kiln_cumsum") {
-  using detail::cat;
+namespace detail {
+// A kernel with a thread per line i: its descriptor is lines | src, then `fields`.
+inline KernelSource line_kernel(std::string entry, int outputs, bool index32, std::vector<Field> fields,
+                                const std::string& body) {
   KernelSource k;
   k.entry = std::move(entry);
   k.inputs = 1;
-  k.outputs = 1;
+  k.outputs = outputs;
   k.variant = {false, 0, index32};
+  fields.insert(fields.begin(), {{"long long lines", 1}, {"const void* src", 1}});
+  assemble(k, fields, grid_stride_loop("i", "d.lines", body));
+  return k;
+}
+}  // namespace detail
+
+template <Dtype T, Dtype Out>
+KernelSource cumsum_kernel(bool index32, std::string entry = "kiln_cumsum") {
+  using detail::cat;
   const std::string acc = is_floating_v<T> ? "double" : "long long";
   const std::string body = cat(
       "    const kiln_index first = i / d.inner * d.n * d.inner + i % d.inner;\n",
@@ -30,19 +40,13 @@ KernelSource cumsum_kernel(bool index32, std::string entry = "kiln_cumsum") {
       "      acc += (", acc, ")", detail::load_element<T>("d.src", "at"), ";\n",
       "      ", detail::store_element<Out>("d.dst", "at", cat("(", detail::compute_name<Out>(), ")acc")), "\n",
       "    }\n");
-  detail::assemble(k, {{"long long lines", 1}, {"const void* src", 1}, {"void* dst", 1}, {"long long n", 1}, {"long long inner", 1}},
-                   detail::grid_stride_loop("i", "d.lines", body));
-  return k;
+  return detail::line_kernel(std::move(entry), 1, index32, {{"void* dst", 1}, {"long long n", 1}, {"long long inner", 1}},
+                             body);
 }
 
 template <Dtype T>
 KernelSource topk_kernel(bool index32, std::string entry = "kiln_topk") {
   using detail::cat;
-  KernelSource k;
-  k.entry = std::move(entry);
-  k.inputs = 1;
-  k.outputs = 2;
-  k.variant = {false, 0, index32};
   const std::string V(detail::compute_name<T>());
   const std::string body = cat(
       "    const kiln_index o = i / d.inner, c = i % d.inner, first = o * d.n * d.inner + c;\n",
@@ -70,16 +74,25 @@ KernelSource topk_kernel(bool index32, std::string entry = "kiln_topk") {
       "      pick = best;\n",
       "      picked = at;\n",
       "    }\n");
-  detail::assemble(k,
-                   {{"long long lines", 1}, {"const void* src", 1}, {"void* values", 1}, {"void* indices", 1},
-                    {"long long n", 1}, {"long long inner", 1}, {"long long k", 1}, {"long long largest", 1}},
-                   detail::grid_stride_loop("i", "d.lines", body));
-  return k;
+  return detail::line_kernel(std::move(entry), 2, index32,
+                             {{"void* values", 1}, {"void* indices", 1}, {"long long n", 1}, {"long long inner", 1},
+                              {"long long k", 1}, {"long long largest", 1}},
+                             body);
 }
 
 }  // namespace kiln::cuda
 
 namespace kiln::detail {
+
+// Launches a line kernel over `lines` lines of `in` on its device: the block is lines | src | rest.
+template <Dtype T>
+void launch_lines(const cuda::KernelSource& kernel, const Tensor<T>& in, int64_t lines, const std::vector<uint64_t>& rest) {
+  using cuda::detail::word_of;
+  std::vector<uint64_t> words = {word_of(lines), word_of(static_cast<const void*>(in.impl().device_bytes()))};
+  words.insert(words.end(), rest.begin(), rest.end());
+  cuda::DeviceContext::get(in.device().index()).launch(kernel, cuda::detail::checked_block(std::move(words), kernel),
+                                                       launch_for(lines));
+}
 
 // out = the running sums of in along the middle of [outer, n, inner] (both contiguous, on one device).
 template <Dtype T, Dtype Out>
@@ -91,11 +104,7 @@ void cuda_cumsum(const Tensor<T>& in, const Tensor<Out>& out, int64_t outer, int
   const cuda::KernelSource& kernel = kernel_for<std::tuple<T, Out, Tag>>(
       index32 ? "i32" : "i64", [&] { return cuda::cumsum_kernel<T, Out>(index32); });
   using cuda::detail::word_of;
-  const auto words = cuda::detail::checked_block(
-      {word_of(lines), word_of(static_cast<const void*>(in.impl().device_bytes())),
-       word_of(static_cast<const void*>(out.impl().device_bytes())), word_of(n), word_of(inner)},
-      kernel);
-  cuda::DeviceContext::get(in.device().index()).launch(kernel, words, launch_for(lines));
+  launch_lines(kernel, in, lines, {word_of(static_cast<const void*>(out.impl().device_bytes())), word_of(n), word_of(inner)});
 }
 
 // values and indices [outer, k, inner] of the k largest (or smallest) of each line of in (contiguous; all on one
@@ -110,13 +119,10 @@ void cuda_topk(const Tensor<T>& in, const Tensor<T>& values, const Tensor<int64_
   const cuda::KernelSource& kernel = kernel_for<std::pair<T, Tag>>(index32 ? "i32" : "i64",
                                                                    [&] { return cuda::topk_kernel<T>(index32); });
   using cuda::detail::word_of;
-  const auto words = cuda::detail::checked_block(
-      {word_of(lines), word_of(static_cast<const void*>(in.impl().device_bytes())),
-       word_of(static_cast<const void*>(values.impl().device_bytes())),
-       word_of(static_cast<const void*>(indices.impl().device_bytes())), word_of(n), word_of(inner), word_of(k),
-       word_of(int64_t(largest))},
-      kernel);
-  cuda::DeviceContext::get(in.device().index()).launch(kernel, words, launch_for(lines));
+  launch_lines(kernel, in, lines,
+               {word_of(static_cast<const void*>(values.impl().device_bytes())),
+                word_of(static_cast<const void*>(indices.impl().device_bytes())), word_of(n), word_of(inner), word_of(k),
+                word_of(int64_t(largest))});
 }
 
 }  // namespace kiln::detail
