@@ -34,6 +34,16 @@ for device in cuda cpu; do
     --sample-chars 200 --out "$out/tiny_gpt_$device" > "$out/tiny_gpt_$device.txt" 2>&1
   echo "tiny_gpt --device $device: exit $?; $(grep 'validation loss' "$out/tiny_gpt_$device.txt" | tr '\n' ' ')" >> "$out/summary.txt"
 done
+# The kernel cache across processes: a first tiny_gpt run compiles its kernels into an empty disk cache, a second
+# run of the same command compiles none (KILN_DEBUG prints "kiln: compiling" per compile, "kernel cache hit" per load).
+cache_run() {
+  KILN_CACHE_DIR="$out/kernel-cache" KILN_DEBUG=1 timeout 120 build-gpu/tiny_gpt --device cuda --data build-gpu/data/fortunes \
+    --steps 3 --eval-every 3 --eval-batches 1 --sample-chars 10 --quiet --out "$out/tiny_gpt_cache" 2>&1 >/dev/null |
+    grep -E "^kiln: (compiling|kernel cache hit)" > "$out/cache_run_$1.txt"
+  echo "$(grep -c '^kiln: compiling' "$out/cache_run_$1.txt") compiled, $(grep -c 'kernel cache hit' "$out/cache_run_$1.txt") from the disk cache"
+}
+rm -rf "$out/kernel-cache"
+echo "kernel cache: first run $(cache_run 1); second run $(cache_run 2)" >> "$out/summary.txt"
 tail -n 3 "$out/device_tests.txt" >> "$out/summary.txt"
 cat "$out/gpu_bench.txt" >> "$out/summary.txt"
 cat "$out/summary.txt"
