@@ -141,6 +141,8 @@ TEST_CASE("prod, logsumexp, var, std, cumsum, topk, max/min with indices, all, a
     return Tensor<float>(sum(values * values) + sum(largest * (where_max.template to<float>() + 1.0f)) + sum(smallest));
   }, 1e-5, "topk, max and min with indices");
   CHECK(std::get<1>(max(line.cuda(), 1)).to_vector() == std::get<1>(max(line, 1)).to_vector());
+  for (const bool descending : {false, true})
+    CHECK(argsort(line.cuda(), 1, descending).to_vector() == argsort(line, 1, descending).to_vector());
   const Tensor<float> mixed = tensor<float>({0, 0, std::nanf(""), 1, 1, 2}).view({2, 3});
   CHECK(all(mixed.cuda(), 1).to_vector() == std::vector<bool>{false, true});
   CHECK(any(mixed.cuda(), 1).to_vector() == std::vector<bool>{true, true});

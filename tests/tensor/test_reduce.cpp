@@ -690,4 +690,21 @@ TEST_CASE("topk matches std::partial_sort along any dim, largest and smallest") 
   CHECK(ev.numel() == 0);
 }
 
+TEST_CASE("sort and argsort: ascending and descending along a dim, stable, NaN last ascending and first descending") {
+  const Tensor<float> t = tensor<float>({3, NAN, 5, -1, 5, 3, 0, NAN}).view({2, 4});
+  auto [up, up_at] = kiln::sort(t, 1);
+  CHECK(up_at.to_vector() == std::vector<int64_t>{3, 0, 2, 1, 2, 1, 0, 3});
+  CHECK(up.select(0, 1).to_vector()[0] == 0.0f);
+  CHECK(std::isnan(up.to_vector()[3]));
+  auto [down, down_at] = kiln::sort(t, 1, /*descending=*/true);
+  CHECK(down_at.to_vector() == std::vector<int64_t>{1, 2, 0, 3, 3, 0, 1, 2});
+  CHECK(kiln::argsort(t, 0).to_vector() == std::vector<int64_t>{0, 1, 1, 0, 1, 0, 0, 1});
+  CHECK(kiln::argsort(tensor<int64_t>({2, 1, 2, 0}), -1).to_vector() == std::vector<int64_t>{3, 1, 0, 2});  // stable
+  // The gradient goes back to each value's place.
+  Tensor<float> x = tensor<float>({2, -1, 4});
+  x.requires_grad_();
+  kiln::sum(std::get<0>(kiln::sort(x)) * tensor<float>({1, 10, 100})).backward();
+  CHECK(x.grad().to_vector() == std::vector<float>{10, 1, 100});
+}
+
 }  // namespace test_tensor_reduce

@@ -758,6 +758,20 @@ std::tuple<Tensor<typename X::value_type>, Tensor<int64_t>> topk(const X& x, int
   return std::make_tuple(values, indices);
 }
 
+// The values along dim in order (torch.sort / torch.argsort): ascending, or descending; NaN after every number
+// ascending and before descending, equal values by index (a stable sort). topk of the whole dim, so its gradient
+// too; on CUDA that kernel is O(n^2) per line (cuda/lines.hpp).
+template <Operand X>
+std::tuple<Tensor<typename X::value_type>, Tensor<int64_t>> sort(const X& x, int64_t dim = -1, bool descending = false) {
+  const Shape shape = detail::reduce_node(x).shape();
+  const int64_t n = shape.empty() ? 1 : shape[size_t(wrap_dim(dim, int(shape.size()), "sort"))];
+  return topk(x, n, dim, descending);
+}
+template <Operand X>
+Tensor<int64_t> argsort(const X& x, int64_t dim = -1, bool descending = false) {
+  return std::get<1>(sort(x, dim, descending));
+}
+
 }  // namespace kiln
 
 #ifdef KILN_WITH_CUDA
