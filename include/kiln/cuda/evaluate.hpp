@@ -176,3 +176,6 @@ Tensor<T> cuda_softmax(const Tensor<T>& in, int dim, const char* op) {
 }
 
 }  // namespace kiln::detail
+
+// cumsum's and topk's line kernels (they use kernel_for and launch_for above).
+#include "kiln/cuda/lines.hpp"

@@ -1,6 +1,7 @@
 #pragma once
 // Kernels that walk each line along a dim of a contiguous [outer, n, inner] tensor, one thread per line
-// (tensor/reduce.hpp calls them in builds with KILN_WITH_CUDA and includes this header at its end):
+// (tensor/reduce.hpp calls them in builds with KILN_WITH_CUDA; cuda/evaluate.hpp, which defines the rest of
+// reduce.hpp's device paths, includes this header at its end):
 // - cumsum: the n elements in order, accumulated as the CPU does (double for floating types, int64 for integers and
 //   bool), so every running sum is the CPU's.
 //   Descriptor: lines (outer * inner) | src | dst | n | inner.

@@ -677,7 +677,7 @@ inline std::array<int64_t, 3> split_at(const Shape& s, int d) {
   return {outer, s.size() ? s[d] : 1, inner};
 }
 #ifdef KILN_WITH_CUDA
-// On the device (cuda/lines.hpp, included at the end of this header).
+// On the device (cuda/lines.hpp, which cuda/evaluate.hpp includes at its end, as it defines cuda_reduce).
 template <Dtype T, Dtype Out>
 void cuda_cumsum(const Tensor<T>& in, const Tensor<Out>& out, int64_t outer, int64_t n, int64_t inner);
 template <Dtype T>
@@ -773,7 +773,3 @@ Tensor<int64_t> argsort(const X& x, int64_t dim = -1, bool descending = false) {
 }
 
 }  // namespace kiln
-
-#ifdef KILN_WITH_CUDA
-#include "kiln/cuda/lines.hpp"
-#endif
