@@ -13,17 +13,25 @@
 namespace kiln {
 
 namespace detail {
-// A tensor of `shape` and `strides` from `offset` over `storage`.
-template <Dtype T>
-Tensor<T> over_storage(std::shared_ptr<Storage> storage, const Shape& shape, const Strides& strides, int64_t offset) {
+// A CUDA tensor's elements on the host: its storage's whole span copied, with the tensor's own layout (shape,
+// strides, offset, dtype). Not a template, so Tensor::to and printing (tensor/print.hpp) share one compiled copy.
+KILN_DECL std::shared_ptr<TensorImpl> host_view_of(const TensorImpl& self, const char* what);
+
+#if KILN_HEADER_DEFINITIONS
+KILN_DECL std::shared_ptr<TensorImpl> host_view_of(const TensorImpl& self, const char* what) {
+  const CudaHooks& cuda = require_cuda(what);
+  const size_t span = self.storage->nbytes();
+  auto host = std::make_shared<Storage>(span);
+  if (span) cuda.copy(host->data(), kCPU, self.storage->data(), self.device(), span);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(storage);
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->offset = offset;
-  impl->dtype = scalar_type_of<T>();
-  return Tensor<T>(impl);
+  impl->storage = std::move(host);
+  impl->shape = self.shape;
+  impl->strides = self.strides;
+  impl->offset = self.offset;
+  impl->dtype = self.dtype;
+  return impl;
 }
+#endif
 }  // namespace detail
 
 namespace autograd {
@@ -60,10 +68,7 @@ Tensor<T> Tensor<T>::to(Device device) const {
     if (const size_t bytes = size_t(c.numel()) * sizeof(T)) cuda.copy(out.impl().device_bytes(), device, c.data_ptr(), kCPU, bytes);
     return out;
   }
-  const size_t span = self.storage->nbytes();
-  auto host = std::make_shared<Storage>(span);
-  if (span) cuda.copy(host->data(), kCPU, self.storage->data(), from, span);
-  const Tensor on_host = detail::over_storage<T>(std::move(host), self.shape, self.strides, self.offset).contiguous();
+  const Tensor on_host = Tensor(detail::host_view_of(self, what.c_str())).contiguous();
   return device.is_cpu() ? on_host : on_host.to(device);
 }
 

@@ -169,8 +169,9 @@ std::ostream& operator<<(std::ostream& out, const Tensor<T>& t) {
     if (dt != ScalarType::Float && dt != ScalarType::Int64 && dt != ScalarType::Bool)
       suffixes.push_back(std::string("dtype=") + dtype_name(dt));
     using P = detail::printing::Printer<T>;
-    const Tensor<T> values = t.is_cuda() ? t.detach().cpu() : t;
-    const P p{values.data_ptr(), values.impl(), t.numel() > PrintOptions::threshold};
+    // (Not t.cpu(): that would compile Tensor::to and its backward node into every program that can print.)
+    const std::shared_ptr<TensorImpl> values = t.is_cuda() ? detail::host_view_of(t.impl(), "printing") : t.impl_ptr();
+    const P p{reinterpret_cast<const T*>(values->data_bytes()), *values, t.numel() > PrintOptions::threshold};
     std::vector<typename P::V> shown;
     p.collect(0, 0, shown);
     body = p.str(0, 0, indent, detail::printing::Formatter<typename P::V>(shown));
