@@ -5,16 +5,18 @@
 //   - device copy bandwidth (cuMemcpyDtoD of 1 GiB, read + write counted): the baseline of the elementwise lines;
 //   - the foundation's two fused expressions at 256M floats (a x + b y + z; tanh(x) exp(-y^2) + z) as generated
 //     kernels, GB/s and the fraction of the copy bandwidth (target at least 0.9);
-//   - sum along the last dim of [16384, 16384] and softmax of it (one thread per row: the known weak spot);
+//   - sum along the last dim of [16384, 16384] and softmax of it, by a warp per row and by a thread per row;
 //   - NVRTC's first compile of a kernel, and loading it again from the disk cache in a fresh cache object
 //     (target: a hit under 1 ms); the host time per launch of a small kernel (target under 10 us);
 //   - flex_attention's forward and backward (CUDA cores, float; tensor cores are not written yet), B = 1, H = 8,
-//     D = 64, L = 4096, dense and causal, TFLOP/s counting 4 L^2 D per head forward (dense; causal: half);
+//     D = 64, L = 4096, dense and causal, TFLOP/s counting 4 L^2 D per head forward (dense; causal: half), and
+//     the materialized softmax(q k^T) v forward (cuBLAS, kiln's softmax) in the same run;
 //   - sgemm 4096 x 4096 x 4096 (float32, TF32 off) through kiln's matmul of CUDA tensors and through cublasSgemm
 //     called directly in the same run: kiln's overhead as a ratio (target under 5%).
 // Built with KILN_WITH_CUDA (tests/gpu/build.sh, bench/meson.build), so matmul of CUDA tensors runs on the device.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -87,23 +89,30 @@ void elementwise(double copy_gbs) {
               bytes / t2 / 1e9, bytes / t2 / 1e9 / copy_gbs);
 }
 
+// Sum and softmax along the last dim of [16384, 16384], by a warp per row (what kiln picks for the shape) and by a
+// thread per row (kiln's kernel for a kept innermost dim), each launched as kiln launches it.
 void reductions(double copy_gbs) {
   const int64_t rows = shrink(16384, 256), cols = rows;
   const Tensor<float> x = full<float>({rows, cols}, 0.5f).cuda(), sums = zeros<float>({rows}).cuda(),
                       soft = zeros<float>({rows, cols}).cuda();
   const auto e = Leaf<float>(x.impl_ptr());
-  const cuda::ReductionVariant v = cuda::reduction_variant(x.shape(), {1}, e);
-  const cuda::KernelSource ks = cuda::reduction_kernel<cuda::Reduce::Sum>(e, v, "bench_sum");
-  const auto ws = cuda::reduction_descriptor(e, ks, x.shape(), {1}, {on_device(sums), sums.strides()});
-  const double ts = median_seconds(5, [&] { device().launch(ks, ws, {.grid = unsigned(rows / 256), .block = 256}); });
   const double read = 4.0 * double(rows * cols);
-  std::printf("sum over the last dim of [16384, 16384]: %.1f GB/s (%.2f of the copy bandwidth; one thread per row)\n",
-              read / ts / 1e9, read / ts / 1e9 / copy_gbs);
-  const cuda::KernelSource kf = cuda::softmax_kernel<false>(e, v, "bench_softmax");
-  const auto wf = cuda::reduction_descriptor(e, kf, x.shape(), {1}, {on_device(soft), soft.strides()});
-  const double tf = median_seconds(5, [&] { device().launch(kf, wf, {.grid = unsigned(rows / 256), .block = 256}); });
-  std::printf("softmax over the last dim of [16384, 16384]: %.1f GB/s counting one read and one write (%.2f of the copy "
-              "bandwidth)\n", 2 * read / tf / 1e9, 2 * read / tf / 1e9 / copy_gbs);
+  for (const bool warps : {true, false}) {
+    cuda::ReductionVariant v = cuda::reduction_variant(x.shape(), {1}, e);
+    v.warp_rows = warps;
+    const char* how = warps ? "a warp per row" : "a thread per row";
+    const cuda::LaunchConfig launch = kiln::detail::launch_for_rows(v, rows);
+    const cuda::KernelSource ks = cuda::reduction_kernel<cuda::Reduce::Sum>(e, v, warps ? "bench_sum_w" : "bench_sum");
+    const auto ws = cuda::reduction_descriptor(e, ks, x.shape(), {1}, {on_device(sums), sums.strides()});
+    const double ts = median_seconds(5, [&] { device().launch(ks, ws, launch); });
+    std::printf("sum over the last dim of [16384, 16384], %s: %.1f GB/s (%.2f of the copy bandwidth)\n", how,
+                read / ts / 1e9, read / ts / 1e9 / copy_gbs);
+    const cuda::KernelSource kf = cuda::softmax_kernel<false>(e, v, warps ? "bench_softmax_w" : "bench_softmax");
+    const auto wf = cuda::reduction_descriptor(e, kf, x.shape(), {1}, {on_device(soft), soft.strides()});
+    const double tf = median_seconds(5, [&] { device().launch(kf, wf, launch); });
+    std::printf("softmax over the last dim of [16384, 16384], %s: %.1f GB/s counting one read and one write (%.2f of "
+                "the copy bandwidth; it reads the row three times)\n", how, 2 * read / tf / 1e9, 2 * read / tf / 1e9 / copy_gbs);
+  }
 }
 
 void compile_and_launch_overhead() {
@@ -178,13 +187,55 @@ void flex() {
         device().launch(ks.delta, words, {.grid = unsigned(std::max<int64_t>(1, B * H * L / 256)), .block = 256});
         device().launch(ks.backward, words, {.grid = kv_tiles, .block = unsigned(cfg.backward_threads())});
       });
+      // The materialized path in the same run: softmax(q k^T scale + mask) v through cuBLAS and kiln's softmax
+      // kernel (an L x L score matrix per head), the causal mask an added -inf bias.
+      const Tensor<float> bias = [&] {
+        Tensor<float> m = zeros<float>({L, L});
+        if (causal)
+          for (int64_t i = 0; i < L; ++i) std::fill(m.data_ptr() + i * L + i + 1, m.data_ptr() + (i + 1) * L, -INFINITY);
+        return m.cuda();
+      }();
+      const Tensor<float> kt = k.transpose(2, 3);
+      const double tm = median_seconds(5, [&] {
+        const Tensor<float> scores = matmul(q, kt) * 0.125f + bias;
+        (void)matmul(softmax(scores, -1), v);
+      });
       std::printf("flex_attention float D=64 L=4096 H=8 %s: forward %.2f TFLOP/s (%.2f ms), backward %.2f TFLOP/s (%.2f ms; "
-                  "2.5x the forward's FLOPs)\n", causal ? "causal" : "dense", flops / tf / 1e12, tf * 1e3,
-                  2.5 * flops / tb / 1e12, tb * 1e3);
+                  "2.5x the forward's FLOPs); materialized forward %.2f ms (materialized time / flex time: %.2f)\n",
+                  causal ? "causal" : "dense", flops / tf / 1e12, tf * 1e3, 2.5 * flops / tb / 1e12, tb * 1e3, tm * 1e3,
+                  tm / tf);
     };
     if (causal) run(at::create_block_mask(at::causal(), 1, 1, L, L, 128, 128));
     else run(at::dense_block_mask(L, L, 128, 128));
   }
+}
+
+// Issue 6's GPU sizes through the public API: flex_attention of bf16 CUDA tensors, B = 1, H = 8, D = 128, L = 8192,
+// dense and causal (CUDA cores: the kernels have no tensor-core path yet), against the materialized
+// softmax(q k^T scale + mask) v (cuBLAS in bf16, kiln's softmax) in the same run.
+void flex_bf16() {
+  namespace at = kiln::attention;
+  const int64_t B = 1, H = shrink(8, 1), L = shrink(8192, 256), D = 128;
+  Generator g(3);
+  const auto make = [&] { return randn<float>({B, H, L, D}, &g).to<bfloat16>().cuda(); };
+  const Tensor<bfloat16> q = make(), k = make(), v = make(), kt = k.transpose(2, 3);
+  const float scale = 1 / std::sqrt(float(D));
+  const auto run = [&](const auto& bm, bool causal) {
+    const double flops = 4.0 * double(B * H) * double(L) * double(L) * double(D) * (causal ? 0.5 : 1.0);
+    const double tf = median_seconds(5, [&] { (void)at::flex_attention(q, k, v, at::NoScoreMod{}, bm); });
+    Tensor<float> bias = zeros<float>({L, L});
+    if (causal)
+      for (int64_t i = 0; i < L; ++i) std::fill(bias.data_ptr() + i * L + i + 1, bias.data_ptr() + (i + 1) * L, -INFINITY);
+    const Tensor<bfloat16> bias_bf16 = bias.to<bfloat16>().cuda();
+    const double tm = median_seconds(3, [&] {
+      const Tensor<bfloat16> scores = matmul(q, kt) * scale + bias_bf16;
+      (void)matmul(softmax(scores, -1), v);
+    });
+    std::printf("flex_attention bf16 D=128 L=8192 H=8 %s forward: %.2f TFLOP/s (%.2f ms); materialized %.2f ms "
+                "(materialized time / flex time: %.2f)\n", causal ? "causal" : "dense", flops / tf / 1e12, tf * 1e3, tm * 1e3, tm / tf);
+  };
+  run(at::dense_block_mask(L, L), false);
+  run(at::create_block_mask(at::causal(), 1, 1, L, L), true);
 }
 
 // Times kiln's matmul and a direct cublasSgemm alternately, a median of each after a warm-up of both.
@@ -250,6 +301,7 @@ int main() {
   section("reductions", [&] { reductions(copy_gbs); });
   section("compile and launch", compile_and_launch_overhead);
   section("attention", flex);
+  section("attention bf16", flex_bf16);
   section("sgemm", sgemm);
   return 0;
 }

@@ -20,6 +20,7 @@ namespace test_cuda_emulated_autograd {
 
 using namespace kiln;
 using kiln::test::expect_close;
+using kiln::test::Relative;
 
 namespace {
 
@@ -43,7 +44,7 @@ struct Inputs {
 // grad agree (tol relative), and the device's gradients are on the device.
 void expect_same_gradients(const std::vector<Tensor<float>>& host, const std::vector<bool>& requires_grad,
                            const std::function<Tensor<float>(const std::vector<Tensor<float>>&)>& f, double tol,
-                           const std::string& what) {
+                           const std::string& what, Relative relative = Relative::kElement) {
   Inputs cpu(host, requires_grad, kCPU), gpu(host, requires_grad, kCuda0);
   const Tensor<float> loss_cpu = f(cpu.tensors), loss_gpu = f(gpu.tensors);
   REQUIRE(loss_gpu.is_cuda());
@@ -57,7 +58,8 @@ void expect_same_gradients(const std::vector<Tensor<float>>& host, const std::ve
     }
     REQUIRE(gpu.tensors[i].grad().defined());
     CHECK(gpu.tensors[i].grad().is_cuda());
-    expect_close(gpu.tensors[i].grad().cpu(), cpu.tensors[i].grad(), tol, detail::cat(what, ": the gradient of input ", i));
+    expect_close(gpu.tensors[i].grad().cpu(), cpu.tensors[i].grad(), tol, detail::cat(what, ": the gradient of input ", i),
+                 relative);
   }
 }
 
@@ -318,7 +320,7 @@ TEST_CASE("conv2d on the device: im2col and col2im kernels around a cuBLAS produ
     expect_same_gradients({x, w, b}, {true, true, true}, [&](const auto& t) {
       const Tensor<float> y = nn::functional::conv2d(t[0], t[1], t[2], c.stride, c.padding, c.dilation, c.groups);
       return sum(y * y);
-    }, 1e-4, detail::cat("conv2d of ", c.x, " by ", c.w));
+    }, 1e-4, detail::cat("conv2d of ", c.x, " by ", c.w), Relative::kLargest);  // (a GPU's cuBLAS sums in another order)
   }
 }
 

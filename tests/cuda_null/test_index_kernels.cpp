@@ -107,31 +107,37 @@ void add_embedding(ShimSuite& s) {
             });
 }
 
-// argmax / argmin along each dim, with ties (the first wins) and NaN (counts as the extreme), against the CPU.
+// argmax / argmin along each dim, with ties (the first wins) and NaN (counts as the extreme), against the CPU, by a
+// thread per output and by a warp per output (rows of 70: a lane takes several elements, the lanes' ties meet).
 template <class T>
 void add_arg(ShimSuite& s) {
   const std::string name(dtype_name(scalar_type_of<T>()));
-  Tensor<T> x = Tensor<double>(round(values<double>({4, 5, 6}, 50) / 10.0)).to<T>();  // many ties
-  if constexpr (std::is_floating_point_v<T>) {
-    x.data_ptr()[7] = std::numeric_limits<T>::quiet_NaN();
-    x.data_ptr()[61] = std::numeric_limits<T>::quiet_NaN();
-  }
-  const Leaf<T> leaf(x.impl_ptr());
-  for (int64_t dim = 0; dim < 3; ++dim) {
-    const cuda::ReductionVariant v = cuda::reduction_variant(x.shape(), {dim}, leaf);
-    const auto add_one = [&](auto kind_constant, const Tensor<int64_t>& want, const char* what) {
-      constexpr cuda::Reduce kind = decltype(kind_constant)::value;
-      const auto k = cuda::reduction_kernel<kind>(leaf, v, s.entry(what));
-      const Tensor<int64_t> out = zeros<int64_t>(want.shape());
-      const auto words = cuda::reduction_descriptor(leaf, k, x.shape(), {dim}, {out.data_ptr(), out.strides()});
-      const std::string label = kiln::detail::cat(what, " ", name, " dim ", dim);
-      s.add(label, k, words, [=] {
-                  expect_equal(out, want, label);
-                  (void)x;
-                });
-    };
-    add_one(std::integral_constant<cuda::Reduce, cuda::Reduce::ArgMax>{}, argmax(x, dim), "argmax");
-    add_one(std::integral_constant<cuda::Reduce, cuda::Reduce::ArgMin>{}, argmin(x, dim), "argmin");
+  for (const Shape& shape : {Shape{4, 5, 6}, Shape{3, 70}}) {
+    Tensor<T> x = Tensor<double>(round(values<double>(shape, 50) / 10.0)).to<T>();  // many ties
+    if constexpr (std::is_floating_point_v<T>) {
+      x.data_ptr()[7] = std::numeric_limits<T>::quiet_NaN();
+      x.data_ptr()[61] = std::numeric_limits<T>::quiet_NaN();
+    }
+    const Leaf<T> leaf(x.impl_ptr());
+    for (int64_t dim = 0; dim < shape.size(); ++dim)
+      for (const bool warps : {false, true}) {
+        cuda::ReductionVariant v = cuda::reduction_variant(x.shape(), {dim}, leaf);
+        v.warp_rows = warps;
+        const auto add_one = [&](auto kind_constant, const Tensor<int64_t>& want, const char* what) {
+          constexpr cuda::Reduce kind = decltype(kind_constant)::value;
+          const auto k = cuda::reduction_kernel<kind>(leaf, v, s.entry(what));
+          const Tensor<int64_t> out = zeros<int64_t>(want.shape());
+          const auto words = cuda::reduction_descriptor(leaf, k, x.shape(), {dim}, {out.data_ptr(), out.strides()});
+          const std::string label =
+              kiln::detail::cat(what, " ", name, " of ", shape, " dim ", dim, warps ? " (a warp per output)" : "");
+          s.add(label, k, words, [=] {
+            expect_equal(out, want, label);
+            (void)x;
+          });
+        };
+        add_one(std::integral_constant<cuda::Reduce, cuda::Reduce::ArgMax>{}, argmax(x, dim), "argmax");
+        add_one(std::integral_constant<cuda::Reduce, cuda::Reduce::ArgMin>{}, argmin(x, dim), "argmin");
+      }
   }
 }
 

@@ -23,6 +23,7 @@ template <class T>
 bool close_softmax(T got, T want) {
   const double tol = std::is_same_v<T, double> ? 1e-13 : 1e-6;
   if (std::isnan(double(want))) return std::isnan(double(got));
+  if (std::isinf(double(want))) return got == want;
   return std::abs(double(got) - double(want)) <= tol * std::max(1.0, std::abs(double(want)));
 }
 
@@ -65,24 +66,40 @@ void add_kernel(ShimSuite& s, const std::string& label, const cuda::KernelSource
                   });
 }
 
-template <cuda::Reduce R, class E, class Out>
-void add(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, const Tensor<Out>& reference) {
-  const auto k = cuda::reduction_kernel<R>(e, cuda::reduction_variant(e.shape(), dims, e), s.entry("red"));
-  add_kernel(s, label, k, e, dims, reference, [](Out a, Out b) { return close(a, b); });
+// Each kernel in both shapes of work: a thread per output and a warp per output (whichever reduction_variant
+// picks for the shape, the other forced).
+template <class Make>
+void for_both_shapes(cuda::ReductionVariant v, const std::string& label, Make&& make) {
+  for (const bool warps : {false, true}) {
+    v.warp_rows = warps;
+    make(v, label + (warps ? " (a warp per output)" : ""));
+  }
 }
 
-// The split form, 3 chunks per output (interleaved: elements s, s + 3, ...).
+template <cuda::Reduce R, class E, class Out>
+void add(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, const Tensor<Out>& reference) {
+  for_both_shapes(cuda::reduction_variant(e.shape(), dims, e), label, [&](const cuda::ReductionVariant& v, const std::string& l) {
+    add_kernel(s, l, cuda::reduction_kernel<R>(e, v, s.entry("red")), e, dims, reference,
+               [](Out a, Out b) { return close(a, b); });
+  });
+}
+
+// The split form, 3 chunks per output (interleaved: elements s, s + 3, ...), a thread per chunk.
 template <cuda::Reduce R, class E, class Out>
 void add_split(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, const Tensor<Out>& reference) {
-  const auto ks = cuda::split_reduction_kernels<R>(e, cuda::reduction_variant(e.shape(), dims, e), s.entry("split"));
+  cuda::ReductionVariant v = cuda::reduction_variant(e.shape(), dims, e);
+  v.warp_rows = false;
+  const auto ks = cuda::split_reduction_kernels<R>(e, v, s.entry("split"));
   add_kernel(s, label + " in 3 chunks", ks.combine, e, dims, reference, [](Out a, Out b) { return close(a, b); },
              &ks.partial, 3);
 }
 
 template <bool kLog, class E, class Out>
 void add_softmax(ShimSuite& s, const std::string& label, const E& e, int64_t dim, const Tensor<Out>& reference) {
-  const auto k = cuda::softmax_kernel<kLog>(e, cuda::reduction_variant(e.shape(), {dim}, e), s.entry("softmax"));
-  add_kernel(s, label, k, e, {dim}, reference, [](Out a, Out b) { return close_softmax(a, b); });
+  for_both_shapes(cuda::reduction_variant(e.shape(), {dim}, e), label, [&](const cuda::ReductionVariant& v, const std::string& l) {
+    add_kernel(s, l, cuda::softmax_kernel<kLog>(e, v, s.entry("softmax")), e, {dim}, reference,
+               [](Out a, Out b) { return close_softmax(a, b); });
+  });
 }
 
 template <class T>
@@ -146,14 +163,31 @@ TEST_CASE("generated reductions and softmax give the CPU's results, and compile 
   add_softmax<false>(s, "softmax of special rows", Leaf<float>(specials.impl_ptr()), 1, softmax(specials, 1));
   add_softmax<true>(s, "log_softmax of special rows", Leaf<float>(specials.impl_ptr()), 1,
                     log_softmax(specials, 1));
+  // Rows longer than a warp (each lane takes several elements), one with a NaN, one with a -inf; 25 rows, so the
+  // warp per output kernel's 3 blocks of 8 rows loop once more.
+  std::vector<float> long_rows = domain_samples<float>(-4, 4, 25 * 77, 5);
+  long_rows[77 + 40] = std::numeric_limits<float>::quiet_NaN();
+  long_rows[2 * 77 + 3] = -std::numeric_limits<float>::infinity();
+  const Tensor<float> rows = tensor<float>(long_rows).reshape({25, 77});
+  const Leaf<float> rows_leaf(rows.impl_ptr());
+  add<cuda::Reduce::Sum>(s, "sum of rows of 77", rows_leaf, Dims{1}, sum(rows, 1));
+  add<cuda::Reduce::Max>(s, "amax of rows of 77", rows_leaf, Dims{1}, amax(rows, 1));
+  add<cuda::Reduce::Min>(s, "amin of rows of 77", rows_leaf, Dims{1}, amin(rows, 1));
+  add<cuda::Reduce::Mean>(s, "mean of rows of 77", rows_leaf, Dims{1}, mean(rows, 1));
+  add_softmax<false>(s, "softmax of rows of 77", rows_leaf, 1, softmax(rows, 1));
+  add_softmax<true>(s, "log_softmax of rows of 77", rows_leaf, 1, log_softmax(rows, 1));
 
   s.run_all();
   s.check_nvrtc({80, 90}, "reductions.cu");
 }
 
-TEST_CASE("a reduction's variant: kept and reduced dims, 64-bit indices for large inputs") {
+TEST_CASE("a reduction's variant: kept and reduced dims, 64-bit indices for large inputs, a warp per output") {
   CHECK(cuda::reduction_variant({4, 5, 6}, {1}).key() == "reduce2x1_i32");
-  CHECK(cuda::reduction_variant({4, 5, 6}, {0, 1, 2}).key() == "reduce0x3_i32");
+  // A warp per output when the innermost dim is reduced and an output has 32 elements or more.
+  CHECK(cuda::reduction_variant({4, 5, 6}, {0, 1, 2}).key() == "reduce0x3_i32_w");
+  CHECK_FALSE(cuda::reduction_variant({4, 5, 6}, {2}).warp_rows);
+  CHECK(cuda::reduction_variant({4, 5, 32}, {2}).warp_rows);
+  CHECK_FALSE(cuda::reduction_variant({64, 4}, {0}).warp_rows);
   CHECK_FALSE(cuda::reduction_variant({int64_t(1) << 20, 4096}, {1}).index32);
   // Eight elements, but a leaf whose strides reach past 2^31 in its storage (no data is touched).
   auto wide = std::make_shared<TensorImpl>(*zeros<float>({1}).impl_ptr());

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# On a GPU machine (the device tool): the device tests and the GPU benchmarks that tests/gpu/build.sh built into
-# build-gpu/, their output written under $OUT (./gpu-out when unset): nvidia-smi.txt, device_tests.txt,
-# gpu_bench.txt, the examples' logs and summary.txt. Uses the machine's CUDA driver, NVRTC and cuBLAS
-# (libnvrtc.so.13, libcublas.so.13: /usr/local/cuda/lib64, else the cuBLAS of the machine's Python packages,
-# nvidia-cublas).
-# Sized to finish within about 5 minutes on one H200 (each step has its own timeout; the CPU runs of the examples
-# use the machine's 16 cores).
+# On a GPU machine (the device tool): the device tests, the examples and the GPU benchmarks that tests/gpu/build.sh
+# built into build-gpu/, their output written under $OUT (./gpu-out when unset): summary.txt, and results.tar.gz
+# with nvidia-smi.txt, device_tests_<file>.txt, the examples' logs and gpu_bench.txt. Uses the machine's CUDA driver, NVRTC
+# and cuBLAS (libnvrtc.so.13, libcublas.so.13: /usr/local/cuda/lib64, else the cuBLAS of the machine's Python
+# packages, nvidia-cublas).
+# Sized for the device tool's budget (about 15 minutes a session, machine start included): two phases of at most
+# 4 and 3 minutes.
+#   1. side by side (the machine has 16 cores; timings here mean nothing): the six device test files, each its own
+#      process; fashion_mnist and tiny_gpt on the GPU for 3 epochs of 300 batches and 200 steps
+#      (tests/gpu/cpu_reference.sh runs the same commands on the CPU, on the development machine); the kernel cache
+#      across two processes;
+#   2. alone: gpu_bench.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-out}"
@@ -18,32 +23,46 @@ fi
 {
   date -u
   nvidia-smi || true
+  ls /usr/local/cuda/lib64 2>&1 | grep -E "nvrtc|cublas" || true
 } > "$out/nvidia-smi.txt" 2>&1
-timeout 180 build-gpu/device_tests --duration=true > "$out/device_tests.txt" 2>&1
-echo "device_tests: exit $?" > "$out/summary.txt"
-timeout 180 build-gpu/gpu_bench > "$out/gpu_bench.txt" 2>&1
-echo "gpu_bench: exit $?" >> "$out/summary.txt"
-# The examples: the same 300 Fashion-MNIST batches and 200 tiny_gpt steps on the GPU and on the CPU (the test
-# accuracy and losses should agree to about a percent: the GPU's sums run in another order).
-data=build-gpu/data
-for device in cuda cpu; do
-  timeout 120 build-gpu/fashion_mnist --device "$device" --data "$data/fashion-mnist" --epochs 1 --limit-batches 300 \
-    --schedule constant --quiet --out "$out/fashion_mnist_$device" > "$out/fashion_mnist_$device.txt" 2>&1
-  echo "fashion_mnist --device $device: exit $?; $(tail -n 2 "$out/fashion_mnist_$device.txt" | tr '\n' ' ')" >> "$out/summary.txt"
-  timeout 120 build-gpu/tiny_gpt --device "$device" --data "$data/fortunes" --steps 200 --eval-every 100 --quiet \
-    --sample-chars 200 --out "$out/tiny_gpt_$device" > "$out/tiny_gpt_$device.txt" 2>&1
-  echo "tiny_gpt --device $device: exit $?; $(grep 'validation loss' "$out/tiny_gpt_$device.txt" | tr '\n' ' ')" >> "$out/summary.txt"
+# The tests and examples share one disk cache, so a kernel one of them compiled is loaded by the others.
+export KILN_CACHE_DIR=/tmp/kiln-gpu-cache
+summary="$out/summary.txt"
+: > "$summary"
+pids=()
+for file in device autograd indexing matmul nn attention; do
+  (timeout 240 build-gpu/device_tests --source-file="*test_emulated_$file.cpp" --duration=true \
+     > "$out/device_tests_$file.txt" 2>&1
+   echo "device_tests $file: exit $?; $(grep -E '^\[doctest\] (test cases|assertions)' "$out/device_tests_$file.txt" | tr '\n' ' ')" \
+     >> "$summary") & pids+=($!)
 done
-# The kernel cache across processes: a first tiny_gpt run compiles its kernels into an empty disk cache, a second
-# run of the same command compiles none (KILN_DEBUG prints "kiln: compiling" per compile, "kernel cache hit" per load).
+data=build-gpu/data
+(timeout 240 build-gpu/fashion_mnist --device cuda --data "$data/fashion-mnist" --epochs 3 --quiet \
+   --out "$out/fashion_mnist_cuda" > "$out/fashion_mnist_cuda.txt" 2>&1
+ echo "fashion_mnist --device cuda: exit $?; $(tail -n 2 "$out/fashion_mnist_cuda.txt" | tr '\n' ' ')" >> "$summary") &
+pids+=($!)
+# tiny_gpt, then the kernel cache across processes: a short tiny_gpt run compiles its kernels into an empty disk
+# cache, the same run again compiles none (KILN_DEBUG prints "kiln: compiling" per compile, "kernel cache hit" per
+# load).
 cache_run() {
-  KILN_CACHE_DIR="$out/kernel-cache" KILN_DEBUG=1 timeout 120 build-gpu/tiny_gpt --device cuda --data build-gpu/data/fortunes \
+  KILN_CACHE_DIR="$out/kernel-cache" KILN_DEBUG=1 timeout 60 build-gpu/tiny_gpt --device cuda --data "$data/fortunes" \
     --steps 3 --eval-every 3 --eval-batches 1 --sample-chars 10 --quiet --out "$out/tiny_gpt_cache" 2>&1 >/dev/null |
     grep -E "^kiln: (compiling|kernel cache hit)" > "$out/cache_run_$1.txt"
   echo "$(grep -c '^kiln: compiling' "$out/cache_run_$1.txt") compiled, $(grep -c 'kernel cache hit' "$out/cache_run_$1.txt") from the disk cache"
 }
-rm -rf "$out/kernel-cache"
-echo "kernel cache: first run $(cache_run 1); second run $(cache_run 2)" >> "$out/summary.txt"
-tail -n 3 "$out/device_tests.txt" >> "$out/summary.txt"
-cat "$out/gpu_bench.txt" >> "$out/summary.txt"
-cat "$out/summary.txt"
+(timeout 180 build-gpu/tiny_gpt --device cuda --data "$data/fortunes" --steps 200 --eval-every 100 --quiet \
+   --sample-chars 200 --out "$out/tiny_gpt_cuda" > "$out/tiny_gpt_cuda.txt" 2>&1
+ echo "tiny_gpt --device cuda: exit $?; $(grep 'validation loss' "$out/tiny_gpt_cuda.txt" | tr '\n' ' ')" >> "$summary"
+ rm -rf "$out/kernel-cache"
+ first=$(cache_run 1)
+ echo "kernel cache: first run $first; second run $(cache_run 2)" >> "$summary"
+ rm -rf "$out/kernel-cache" "$out/tiny_gpt_cache") & pids+=($!)
+for pid in "${pids[@]}"; do wait "$pid"; done
+timeout 180 build-gpu/gpu_bench > "$out/gpu_bench.txt" 2>&1
+echo "gpu_bench: exit $?" >> "$summary"
+cat "$out/gpu_bench.txt" >> "$summary"
+# The device tool brings back only a few files: the logs go in one archive (not the checkpoints), beside the summary.
+tar czf /tmp/gpu-results.tar.gz -C "$out" --exclude='*.safetensors' --exclude=summary.txt .
+find "$out" -mindepth 1 -not -name summary.txt -delete
+mv /tmp/gpu-results.tar.gz "$out/results.tar.gz"
+cat "$summary"

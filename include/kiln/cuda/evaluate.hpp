@@ -61,6 +61,12 @@ const cuda::KernelSource& kernel_for(const std::string& key, Make&& make) {
 inline cuda::LaunchConfig launch_for(int64_t n) {
   return {.grid = unsigned(std::clamp<int64_t>((n + 1023) / 1024, 1, 8192)), .block = 256};
 }
+// A reduction's or softmax's kernel for n outputs: a block per 8 of them for a warp per output.
+inline cuda::LaunchConfig launch_for_rows(const cuda::ReductionVariant& v, int64_t n) {
+  if (!v.warp_rows) return launch_for(n);
+  constexpr int64_t kWarps = cuda::kWarpRowThreads / 32;
+  return {.grid = unsigned(std::clamp<int64_t>((n + kWarps - 1) / kWarps, 1, 65535)), .block = unsigned(cuda::kWarpRowThreads)};
+}
 
 // dst = expr through dst's strides, every leaf on dst's device: the expression's kernel, made once per variant.
 template <class E>
@@ -132,11 +138,13 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
   Shape kept;
   for (int i = 0; i < in.size(); ++i)
     if (!(rd.mask >> i & 1u)) kept.push_back(in[i]);
-  const cuda::ReductionVariant variant = cuda::reduction_variant(in, dims, e);
+  cuda::ReductionVariant variant = cuda::reduction_variant(in, dims, e);
   cuda::DeviceContext& context = cuda::DeviceContext::get(device.index());
   const cuda::ArrayRef to{out->device_bytes(), contiguous_strides(kept)};
   if (const int64_t splits = cuda::reduction_splits(out->numel(), rd.count); splits > 1) {
     // Few outputs, many elements each: partial results per chunk (8 bytes each: an accumulator, an index), folded.
+    // (The chunks interleave, so neighbouring threads read neighbouring elements without a warp per output.)
+    variant.warp_rows = false;
     struct Partial;
     struct Combine;
     const auto make = [&] { return cuda::split_reduction_kernels<R>(e, variant); };
@@ -156,7 +164,7 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
   struct Tag;
   const cuda::KernelSource& kernel =
       kernel_for<std::pair<E, Tag>>(cat(int(R), variant.key()), [&] { return cuda::reduction_kernel<R>(e, variant); });
-  context.launch(kernel, cuda::reduction_descriptor(e, kernel, in, dims, to), launch_for(out->numel()));
+  context.launch(kernel, cuda::reduction_descriptor(e, kernel, in, dims, to), launch_for_rows(variant, out->numel()));
   return Tensor<Out>(out);
 }
 
@@ -171,7 +179,7 @@ Tensor<T> cuda_softmax(const Tensor<T>& in, int dim, const char* op) {
   const cuda::KernelSource& kernel =
       kernel_for<std::pair<T, Tag>>(cat(kLog, variant.key()), [&] { return cuda::softmax_kernel<kLog>(e, variant); });
   const auto words = cuda::reduction_descriptor(e, kernel, in.shape(), {dim}, {out->device_bytes(), out->strides});
-  cuda::DeviceContext::get(in.device().index()).launch(kernel, words, launch_for(out->numel() / in.size(dim)));
+  cuda::DeviceContext::get(in.device().index()).launch(kernel, words, launch_for_rows(variant, out->numel() / in.size(dim)));
   return Tensor<T>(out);
 }
 
