@@ -163,11 +163,15 @@ TEST_CASE("generated reductions and softmax give the CPU's results, and compile 
   add_softmax<false>(s, "softmax of special rows", Leaf<float>(specials.impl_ptr()), 1, softmax(specials, 1));
   add_softmax<true>(s, "log_softmax of special rows", Leaf<float>(specials.impl_ptr()), 1,
                     log_softmax(specials, 1));
-  // Rows longer than a warp (each lane takes several elements), one with a NaN, one with a -inf; 25 rows, so the
+  // Rows longer than a warp (each lane takes several elements), one with a NaN, some with -inf; 25 rows, so the
   // warp per output kernel's 3 blocks of 8 rows loop once more.
   std::vector<float> long_rows = domain_samples<float>(-4, 4, 25 * 77, 5);
   long_rows[77 + 40] = std::numeric_limits<float>::quiet_NaN();
   long_rows[2 * 77 + 3] = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < 77; ++i) {  // a rising row (softmax's running max grows at every element); -inf leading a row
+    long_rows[size_t(3 * 77 + i)] = 0.25f * float(i) - 9.0f;
+    if (i < 40) long_rows[size_t(4 * 77 + i)] = -std::numeric_limits<float>::infinity();
+  }
   const Tensor<float> rows = tensor<float>(long_rows).reshape({25, 77});
   const Leaf<float> rows_leaf(rows.impl_ptr());
   add<cuda::Reduce::Sum>(s, "sum of rows of 77", rows_leaf, Dims{1}, sum(rows, 1));

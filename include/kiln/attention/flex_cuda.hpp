@@ -21,9 +21,9 @@
 // With FlexKernelConfig::dropout, the forward and the backward drop probabilities by the CPU kernels' mask (Philox
 // counters from the descriptor's seed and start: the same elements as attention/flex_cpu.hpp drops).
 //
-// The products run on CUDA cores (FMA from shared memory), not yet tensor cores (mma / wgmma for bfloat16):
-// that step needs a GPU to be measured and checked on, which this project's machines lack so far (see
-// docs/attention.md). What is checked without one (tests/cuda_null/test_flex_kernels.cpp): every kernel
+// The products run on CUDA cores (FMA from shared memory; a thread keeps its keys' dot products and its output
+// columns in registers, so each q element and probability is read once per thread), not yet tensor cores (mma /
+// wgmma for bfloat16): see docs/attention.md for the H200's figures. What is checked without one (tests/cuda_null/test_flex_kernels.cpp): every kernel
 // compiles through NVRTC for sm_80 and sm_90 without register spills, and the same source run on the host
 // (a thread per CUDA thread, barriers for __syncthreads) gives the CPU kernels' outputs and gradients.
 #include <string>
@@ -233,7 +233,7 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
   const std::string neg_inf = c.literal(-std::numeric_limits<double>::infinity());
   const std::vector<std::pair<std::string, std::string>> common = {
       {"A", AN}, {"BR", cat(BR)}, {"BC", cat(BC)}, {"TPR", cat(TPR)}, {"D", cat(D)}, {"DV", cat(DV)},
-      {"QLD", cat(QLD)}, {"VLD", cat(VLD)}, {"SLD", cat(SLD)}, {"D_PER", cat((D + TPR - 1) / TPR)},
+      {"QLD", cat(QLD)}, {"VLD", cat(VLD)}, {"SLD", cat(SLD)}, {"D_PER", cat((D + TPR - 1) / TPR)}, {"BC_PER", cat((BC + TPR - 1) / TPR)},
       {"DV_PER", cat((DV + TPR - 1) / TPR)}, {"NEG_INF", neg_inf},
       {"KEPT_P", cfg.dropout ? "kiln_dropout(p, b, h, qi, k0 + j)" : "p"},
       // The backward with dropout: dV from the kept probabilities Pd, dS' = Pd dP - P delta.
@@ -294,14 +294,25 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
       __syncthreads();
 )" + load_kv +
                                    R"(      __syncthreads();
+      // This thread's keys j = t, t + TPR, ...: their dot products in registers, each q element read once.
+      A dot[@BC_PER@];
+#pragma unroll
+      for (int u = 0; u < @BC_PER@; ++u) dot[u] = 0;
+      for (int c = 0; c < @D@; ++c) {
+        const A qc = Qs[r * @QLD@ + c];
+#pragma unroll
+        for (int u = 0; u < @BC_PER@; ++u)
+          if (t + u * @TPR@ < @BC@) dot[u] += qc * Ks[(t + u * @TPR@) * @QLD@ + c];
+      }
       A tile_max = neg_inf;
-      for (int j = t; j < @BC@; j += @TPR@) {
+#pragma unroll
+      for (int u = 0; u < @BC_PER@; ++u) {
+        const int j = t + u * @TPR@;
+        if (j >= @BC@) break;
         const long long kv = k0 + j;
         A x = neg_inf;
         if (row_in && kv < d.Lkv) {
-          A s = 0;
-          for (int c = 0; c < @D@; ++c) s += Qs[r * @QLD@ + c] * Ks[j * @QLD@ + c];
-          const A score = s * (A)d.scale, pkv = (A)kv;
+          const A score = dot[u] * (A)d.scale, pkv = (A)kv;
 )" + fwd_pair.code + "          if (allowed) x = " + fwd_pair.score.var + R"(;
         }
         Ss[r * @SLD@ + j] = x;
@@ -324,7 +335,15 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
       for (int u = 0; u < @TPR@; ++u) tile_sum += red_sum[r * @TPR@ + u];
       l = l * alpha + tile_sum;
       m = m_new;
-)" + per_column("DV", "{ A a = acc[u] * alpha; for (int j = 0; j < @BC@; ++j) a += Ss[r * @SLD@ + j] * Vs[j * @VLD@ + c]; acc[u] = a; }", "      ") + R"(    }
+#pragma unroll
+      for (int u = 0; u < @DV_PER@; ++u) acc[u] *= alpha;
+      for (int j = 0; j < @BC@; ++j) {  // O += P V, each probability read once
+        const A p = Ss[r * @SLD@ + j];
+#pragma unroll
+        for (int u = 0; u < @DV_PER@; ++u)
+          if (t + u * @TPR@ < @DV@) acc[u] += p * Vs[j * @VLD@ + t + u * @TPR@];
+      }
+    }
     if (row_in) {
       const long long row = (b * d.Hq + h) * d.Lq + qi;
       const A inv = l == (A)0 ? (A)0 : (A)1 / l;
@@ -413,8 +432,16 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
           dSs[i * @SLD@ + kc] = ds;
         }
         __syncthreads();
-)" + per_column("DV", "{ A a = dv[u]; for (int i = 0; i < @BR@; ++i) a += Ps[i * @SLD@ + kc] * dOs[i * @VLD@ + c]; dv[u] = a; }", "        ") +
-                                   per_column("D", "{ A a = dk[u]; for (int i = 0; i < @BR@; ++i) a += dSs[i * @SLD@ + kc] * Qs[i * @QLD@ + c]; dk[u] = a; }", "        ") + R"(        for (int e = tid; e < @BR@ * @D@; e += kThreads) {
+        for (int i = 0; i < @BR@; ++i) {  // dV += P^T dO, dK += dS^T Q: each of P and dS read once
+          const A p = Ps[i * @SLD@ + kc], ds = dSs[i * @SLD@ + kc];
+#pragma unroll
+          for (int u = 0; u < @DV_PER@; ++u)
+            if (t + u * @TPR@ < @DV@) dv[u] += p * dOs[i * @VLD@ + t + u * @TPR@];
+#pragma unroll
+          for (int u = 0; u < @D_PER@; ++u)
+            if (t + u * @TPR@ < @D@) dk[u] += ds * Qs[i * @QLD@ + t + u * @TPR@];
+        }
+        for (int e = tid; e < @BR@ * @D@; e += kThreads) {
           const int i = e / @D@, c = e % @D@;
           if (q0 + i >= d.Lq) continue;
           A a = 0;

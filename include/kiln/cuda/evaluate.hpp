@@ -61,11 +61,12 @@ const cuda::KernelSource& kernel_for(const std::string& key, Make&& make) {
 inline cuda::LaunchConfig launch_for(int64_t n) {
   return {.grid = unsigned(std::clamp<int64_t>((n + 1023) / 1024, 1, 8192)), .block = 256};
 }
-// A reduction's or softmax's kernel for n outputs: a block per 8 of them for a warp per output.
+// A reduction's or softmax's kernel for n outputs: a thread per output (each walks a row: launch_for's four
+// elements a thread would leave most of a GPU idle), or a warp per output (blocks of 8).
 inline cuda::LaunchConfig launch_for_rows(const cuda::ReductionVariant& v, int64_t n) {
-  if (!v.warp_rows) return launch_for(n);
-  constexpr int64_t kWarps = cuda::kWarpRowThreads / 32;
-  return {.grid = unsigned(std::clamp<int64_t>((n + kWarps - 1) / kWarps, 1, 65535)), .block = unsigned(cuda::kWarpRowThreads)};
+  const int64_t per_block = v.warp_rows ? cuda::kWarpRowThreads / 32 : 256;
+  return {.grid = unsigned(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, 65535)),
+          .block = unsigned(v.warp_rows ? cuda::kWarpRowThreads : 256)};
 }
 
 // dst = expr through dst's strides, every leaf on dst's device: the expression's kernel, made once per variant.

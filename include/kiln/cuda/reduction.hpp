@@ -14,6 +14,7 @@
 // The descriptor block: n | size[kept] | m | rsize[reduced] | out | out_stride[kept] | in[j] |
 // stride[j][kept + reduced] | scalar[s], each operand's strides permuted to the kept dims, then the reduced.
 #include <algorithm>
+#include <optional>
 
 #include "kiln/cuda/descriptor.hpp"
 
@@ -116,24 +117,36 @@ std::string row_pass(const E& e, const ReductionVariant& v, int out_rank, Step&&
 inline constexpr const char* kLaneFirst = "(active ? (kiln_index)lane : (kiln_index)d.m)";
 inline constexpr const char* kLaneStride = "(kiln_index)32";
 
-// Folds each warp's 32 values of `var` (of type `type`; with `arg`, also the index `arg`) in lane order, from
-// `init`, by `combine` (code over the next value v and its index parg), and leaves the warp's result in var (and
-// arg) of every lane. Through shared memory, between barriers that every thread of the block reaches.
+// A second per-thread variable that a warp_fold carries along with the first: argmax's index, softmax's sum.
+struct FoldCompanion {
+  std::string name, type, init, lane_value;  // lane_value: its name in the combine code, beside v
+};
+
+// Folds each warp's 32 values of `var` (of type `type`; with a companion, also the companion) in lane order, from
+// `init`, by `combine` (code over the next lane's value v and its companion), and leaves the warp's result in var
+// (and the companion) of every lane. Through shared memory, between barriers that every thread of the block
+// reaches.
 inline std::string warp_fold(const std::string& var, const std::string& type, const std::string& init,
-                             const std::string& combine, bool arg) {
-  const std::string values = cat("((", type, "*)kiln_smem)"), args = "((long long*)kiln_smem + blockDim.x)";
-  return cat("    ", values, "[threadIdx.x] = ", var, ";\n", arg ? cat("    ", args, "[threadIdx.x] = arg;\n") : "",
+                             const std::string& combine, const std::optional<FoldCompanion>& with = std::nullopt) {
+  const std::string values = cat("((", type, "*)kiln_smem)");
+  const std::string seconds = with ? cat("((", with->type, "*)kiln_smem + blockDim.x)") : "";
+  const auto second = [&](const std::string& line) { return with ? line : std::string(); };
+  return cat("    ", values, "[threadIdx.x] = ", var, ";\n",
+             second(cat("    ", seconds, "[threadIdx.x] = ", with ? with->name : "", ";\n")),
              "    __syncthreads();\n",
              "    if (lane == 0u) {\n",
-             "      ", var, " = ", init, ";\n", arg ? "      arg = 0;\n" : "",
+             "      ", var, " = ", init, ";\n", second(cat("      ", with ? with->name : "", " = ", with ? with->init : "", ";\n")),
              "      for (unsigned l = 0; l < 32u; ++l) {\n",
              "        const ", type, " v = ", values, "[threadIdx.x + l];\n",
-             arg ? cat("        const long long parg = ", args, "[threadIdx.x + l];\n") : "",
+             second(cat("        const ", with ? with->type : "", " ", with ? with->lane_value : "", " = ", seconds,
+                        "[threadIdx.x + l];\n")),
              "        ", combine, "\n      }\n",
-             "      ", values, "[threadIdx.x] = ", var, ";\n", arg ? cat("      ", args, "[threadIdx.x] = arg;\n") : "",
+             "      ", values, "[threadIdx.x] = ", var, ";\n",
+             second(cat("      ", seconds, "[threadIdx.x] = ", with ? with->name : "", ";\n")),
              "    }\n",
              "    __syncthreads();\n",
-             "    ", var, " = ", values, "[warp * 32u];\n", arg ? cat("    arg = ", args, "[warp * 32u];\n") : "",
+             "    ", var, " = ", values, "[warp * 32u];\n",
+             second(cat("    ", with ? with->name : "", " = ", seconds, "[warp * 32u];\n")),
              "    __syncthreads();\n");
 }
 
@@ -215,7 +228,9 @@ KernelSource reduction_kernel(const E& e, const ReductionVariant& v, std::string
   const std::string store = detail::store_element<Out>("d.out[0]", em.out_offset(0), result);
   if (warps)
     detail::assemble_rows(k, v, v.kept,
-                          A::declare() + pass + detail::warp_fold("acc", A::type(), A::init(), A::combine("v"), A::arg) +
+                          A::declare() + pass + detail::warp_fold("acc", A::type(), A::init(), A::combine("v"),
+                                                                     A::arg ? std::optional<detail::FoldCompanion>({"arg", "long long", "0", "parg"})
+                                                                            : std::nullopt) +
                               "    if (active && lane == 0u) { " + store + " }\n",
                           false, detail::RowLoop::Warps);
   else detail::assemble_rows(k, v, v.kept, A::declare() + pass + "    " + store + "\n");
@@ -260,9 +275,11 @@ SplitReduction split_reduction_kernels(const E& e, const ReductionVariant& v, co
   return kernels;
 }
 
-// softmax (or, with kLog, log_softmax) of e along the `v.reduced` dim, as torch's: per row the max, then the
-// sum of exp(x - max) in double, then exp(x - max) / sum (or x - max - log(sum)); a row whose max is not
-// finite gives NaN. The output has e's shape; e is evaluated in each pass rather than stored.
+// softmax (or, with kLog, log_softmax) of e along the `v.reduced` dim, as torch's: per row the max and, in the same
+// pass, the sum of exp(x - max) in double (rescaled by exp(old max - new max), in double, when the max grows), then
+// exp(x - max) / sum (or x - max - log(sum)); a row whose max is not finite gives NaN. The output has e's shape; e
+// is evaluated in each of the two passes rather than stored. (Two passes instead of a max pass and a sum pass: the
+// row is read twice, not three times.)
 template <bool kLog, Expression E>
 KernelSource softmax_kernel(const E& e, const ReductionVariant& v, std::string entry = "kiln_softmax") {
   using T = typename E::value_type;
@@ -273,16 +290,23 @@ KernelSource softmax_kernel(const E& e, const ReductionVariant& v, std::string e
   const bool warps = v.warp_rows;
   const char* first = warps ? detail::kLaneFirst : "0";
   const char* stride = warps ? detail::kLaneStride : "1";
+  // Takes value x, weighing `weight` (1 for an element, a lane's sum when folding lanes), into (acc, sum): a NaN
+  // stays; a larger x rescales the sum to its max; a -inf adds nothing (an all -inf start leaves the sum 0, not
+  // NaN); otherwise the sum grows by `add` (x's exp(x - acc), times its weight).
+  const auto online = [&](const std::string& x, const std::string& weight, const std::string& add) {
+    return detail::cat("if (acc == acc) { if (", x, " != ", x, ") acc = ", x, "; else if (", x, " > acc) { sum = sum * exp((double)acc - (double)",
+                       x, ") + ", weight, "; acc = ", x, "; } else if (", x, " > ", Max::init(), ") sum += ", add, "; }");
+  };
   detail::Emitter em;
-  std::string body = "    " + ct + " acc = " + Max::init() + ";\n";
-  body += detail::row_pass(e, v, all, [](const std::string& x, detail::Emitter&) { return Max::step(x); }, em, first, stride);
-  if (warps) body += detail::warp_fold("acc", ct, Max::init(), Max::combine("v"), false);
+  std::string body = "    " + ct + " acc = " + Max::init() + ";\n    double sum = 0;\n";
+  body += detail::row_pass(  // (an element's exp in its compute type, as the CPU's; only the rescaling in double)
+      e, v, all,
+      [&](const std::string& x, detail::Emitter&) { return online(x, "1.0", detail::cat("(double)exp(", x, " - acc)")); },
+      em, first, stride);
+  if (warps)
+    body += detail::warp_fold("acc", ct, Max::init(), online("v", "lane_sum", "lane_sum * exp((double)v - (double)acc)"),
+                              detail::FoldCompanion{"sum", "double", "0", "lane_sum"});
   body += "    const " + ct + " row_max = (acc - acc == 0) ? acc : (" + ct + ")__uint_as_float(0x7fc00000u);\n";
-  body += "    double sum = 0;\n";
-  body += detail::row_pass(
-      e, v, all, [&](const std::string& x, detail::Emitter&) { return "sum += (double)exp(" + x + " - row_max);"; }, em,
-      first, stride);
-  if (warps) body += detail::warp_fold("sum", "double", "0", "sum += v;", false);
   body += detail::row_pass(
       e, v, all,
       [&](const std::string& x, detail::Emitter& pass) {
