@@ -156,7 +156,7 @@ TEST_CASE("prod, logsumexp, var, std, cumsum, topk, max/min with indices, all, a
 }
 
 TEST_CASE("reductions with few outputs split each output's elements into chunks, then fold them: the CPU's results" * no_device()) {
-  CHECK(cuda::reduction_splits(1, 100000) == 390);  // (chunks of at least 256 elements, 2^16 threads at most)
+  CHECK(cuda::reduction_splits(1, 100000) == 390);  // (chunks of at least 256 elements, 8192 chunks at most)
   CHECK(cuda::reduction_splits(4, 50000) == 195);
   CHECK(cuda::reduction_splits(20000, 50000) == 1);  // outputs enough
   CHECK(cuda::reduction_splits(1, 300) == 1);        // elements too few

@@ -227,6 +227,38 @@ TEST_CASE("cuBLAS: its errors name the call, the arguments and the status" * no_
                        cuda::CudaError);
 }
 
+TEST_CASE("profiling (KILN_PROFILE): launches and cuBLAS products add their time to a line per kernel" * no_device()) {
+  cuda::KernelProfile& profile = cuda::KernelProfile::get();
+  profile.clear();
+  Generator g(15);
+  const Tensor<float> a = randn<float>({64, 32}, &g).cuda(), b = randn<float>({32, 16}, &g).cuda();
+  cuda::enable_profiling(true);
+  const Tensor<float> twice = a * 2.0f + 1.0f, thrice = a * 3.0f + 1.0f;  // one kernel (the scalars are parameters)
+  const Tensor<float> product = matmul(a, b);
+  cuda::enable_profiling(false);
+  const Tensor<float> unrecorded = a * 2.0f + 1.0f;
+  const std::vector<cuda::KernelProfile::Line> lines = profile.lines();
+  const std::string report = profile.report();
+  profile.clear();  // (nothing left to print at exit)
+  REQUIRE(lines.size() == 2);
+  for (const cuda::KernelProfile::Line& line : lines) {
+    INFO(line.name);
+    CHECK(line.seconds > 0);
+    if (line.name.rfind("cuBLAS ", 0) == 0) {
+      CHECK(line.name == "cuBLAS float32 gemm 64x16x32");
+      CHECK(line.calls == 1);
+    } else {
+      CHECK(line.name.rfind("kiln_forward #", 0) == 0);
+      CHECK(line.name.size() == std::string("kiln_forward #").size() + 6);
+      CHECK(line.calls == 2);
+    }
+  }
+  CHECK(report.find("cuBLAS float32 gemm 64x16x32") != std::string::npos);
+  CHECK(report.find(lines[1].name) > report.find(lines[0].name));  // the largest total first
+  expect_close(product.cpu(), matmul(a.cpu(), b.cpu()), 1e-5, "the profiled product");
+  expect_close(twice.cpu(), Tensor<float>(a.cpu() * 2.0f + 1.0f), 1e-6, "the profiled expression");
+}
+
 // cuBLAS is loaded once per process (and a failed load is tried again at the next use), so the missing library is
 // checked in a process of its own: this test executable again, for this case alone, with KILN_CUBLAS_LIBRARY
 // naming a file that does not exist.

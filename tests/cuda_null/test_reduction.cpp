@@ -84,7 +84,7 @@ void add(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, c
   });
 }
 
-// The split form, 3 chunks per output (interleaved: elements s, s + 3, ...), a thread per chunk.
+// The split form, 3 chunks per output (contiguous, a warp each; the chunks folded by a warp per output).
 template <cuda::Reduce R, class E, class Out>
 void add_split(ShimSuite& s, const std::string& label, const E& e, const Dims& dims, const Tensor<Out>& reference) {
   cuda::ReductionVariant v = cuda::reduction_variant(e.shape(), dims, e);

@@ -4,13 +4,13 @@
 # with nvidia-smi.txt, device_tests_<file>.txt, the examples' logs and gpu_bench.txt. Uses the machine's CUDA driver, NVRTC
 # and cuBLAS (libnvrtc.so.13, libcublas.so.13: /usr/local/cuda/lib64, else the cuBLAS of the machine's Python
 # packages, nvidia-cublas).
-# Sized for the device tool's budget (about 15 minutes a session, machine start included): two phases of at most
-# 4 and 3 minutes.
+# Sized for the device tool's budget (about 15 minutes a session, machine start included): phases of at most 4,
+# 3 and 2 minutes (about 1 minute in all on an H200).
 #   1. side by side (the machine has 16 cores; timings here mean nothing): the six device test files, each its own
 #      process; fashion_mnist and tiny_gpt on the GPU for 3 epochs of 300 batches and 200 steps
 #      (tests/gpu/cpu_reference.sh runs the same commands on the CPU, on the development machine); the kernel cache
 #      across two processes;
-#   2. alone: gpu_bench.
+#   2. alone: gpu_bench, then the two examples profiled (KILN_PROFILE, cuda/profile.hpp) for a few steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-out}"
@@ -61,6 +61,15 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 timeout 180 build-gpu/gpu_bench > "$out/gpu_bench.txt" 2>&1
 echo "gpu_bench: exit $?" >> "$summary"
 cat "$out/gpu_bench.txt" >> "$summary"
+# Where the examples' device time goes (KILN_PROFILE: each launch waits for the device), the top of each table.
+KILN_PROFILE=1 timeout 60 build-gpu/fashion_mnist --device cuda --data "$data/fashion-mnist" --epochs 1 \
+  --limit-batches 100 --quiet --out "$out/fashion_mnist_profile" > "$out/fashion_mnist_profile.txt" 2>&1
+KILN_PROFILE=1 timeout 60 build-gpu/tiny_gpt --device cuda --data "$data/fortunes" --steps 60 --eval-every 60 \
+  --eval-batches 2 --sample-chars 10 --quiet --out "$out/tiny_gpt_profile" > "$out/tiny_gpt_profile.txt" 2>&1
+for example in fashion_mnist tiny_gpt; do
+  echo "$example, 100 batches or 60 steps, profiled:" >> "$summary"
+  grep -A 12 "^kiln profile" "$out/${example}_profile.txt" >> "$summary"
+done
 # The device tool brings back only a few files: the logs go in one archive (not the checkpoints), beside the summary.
 tar czf /tmp/gpu-results.tar.gz -C "$out" --exclude='*.safetensors' --exclude=summary.txt .
 find "$out" -mindepth 1 -not -name summary.txt -delete

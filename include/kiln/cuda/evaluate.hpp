@@ -143,9 +143,9 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
   cuda::DeviceContext& context = cuda::DeviceContext::get(device.index());
   const cuda::ArrayRef to{out->device_bytes(), contiguous_strides(kept)};
   if (const int64_t splits = cuda::reduction_splits(out->numel(), rd.count); splits > 1) {
-    // Few outputs, many elements each: partial results per chunk (8 bytes each: an accumulator, an index), folded.
-    // (The chunks interleave, so neighbouring threads read neighbouring elements without a warp per output.)
-    variant.warp_rows = false;
+    // Few outputs, many elements each: partial results per chunk (8 bytes each: an accumulator, an index), folded;
+    // a warp per chunk, then per output (the kernels do not depend on warp_rows: one key for both).
+    variant.warp_rows = true;
     struct Partial;
     struct Combine;
     const auto make = [&] { return cuda::split_reduction_kernels<R>(e, variant); };
@@ -158,8 +158,8 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
         e, combine, in, dims, to,
         {word_of(splits), word_of(static_cast<const void*>(scratch->device_bytes())),
          word_of(static_cast<const void*>(scratch->device_bytes() + items * 8))});
-    context.launch(partial, words, launch_for(items));
-    context.launch(combine, words, launch_for(out->numel()));
+    context.launch(partial, words, launch_for_rows(variant, items));
+    context.launch(combine, words, launch_for_rows(variant, out->numel()));
     return Tensor<Out>(out);
   }
   struct Tag;

@@ -21,6 +21,7 @@
 
 #include "kiln/core/config.hpp"
 #include "kiln/cuda/nvrtc.hpp"
+#include "kiln/cuda/profile.hpp"
 #include "kiln/io/atomic_file.hpp"
 
 namespace kiln::cuda {
@@ -107,7 +108,8 @@ class KernelCache {
       return hit;
     }
     if (detail::debug_enabled())
-      std::fprintf(stderr, "kiln: compiling %s for sm_%d:\n%s\n", name.c_str(), arch, source.c_str());
+      std::fprintf(stderr, "kiln: compiling %s for sm_%d (source #%s):\n%s\n", name.c_str(), arch,
+                   source_tag(source).c_str(), source.c_str());
     auto program = std::make_shared<const CompiledProgram>(nvrtc.compile(source, name, arch, options));
     const bool stored = store(file, key, *program);
     std::lock_guard lock(mutex_);

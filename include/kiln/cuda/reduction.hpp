@@ -8,7 +8,8 @@
 //     elements l, l + 32, ..., so a warp reads a row's consecutive elements together, and the lanes' accumulators
 //     are folded in lane order through shared memory (on an H200, a thread per row of a [16384, 16384] sum read
 //     0.12 of the copy bandwidth);
-//   - a split reduction (split_reduction_kernels) when the outputs are too few to fill the device.
+//   - a split reduction (split_reduction_kernels) when the outputs are too few to fill the device: a warp per
+//     chunk of an output's elements, then a warp per output folding its chunks.
 // Each is fixed by the shape, so a reduction gives the same result every run.
 //
 // The descriptor block: n | size[kept] | m | rsize[reduced] | out | out_stride[kept] | in[j] |
@@ -94,8 +95,7 @@ struct Accumulator {
 
 // One pass over the reduced elements of output element o (coordinates c0.. set): e evaluated at each, then
 // step(value). Every pass numbers leaves and scalars alike, so passes share the descriptor.
-// (first and stride: a split reduction's chunk s takes elements s, s + splits, ..., so neighbouring threads read
-// neighbouring elements.)
+// (first, stride and end: a warp's lane l takes elements l, l + 32, ... of its row or chunk.)
 inline void start_rows(const ReductionVariant& v, int out_rank, Emitter& em) {
   em = Emitter{};
   em.dense = false;
@@ -104,12 +104,13 @@ inline void start_rows(const ReductionVariant& v, int out_rank, Emitter& em) {
 }
 template <Expression E, class Step>
 std::string row_pass(const E& e, const ReductionVariant& v, int out_rank, Step&& step, Emitter& em,
-                     const std::string& first = "0", const std::string& stride = "1") {
+                     const std::string& first = "0", const std::string& stride = "1",
+                     const std::string& end = "(kiln_index)d.m") {
   start_rows(v, out_rank, em);
   em.body = coordinates("r", v.kept, v.reduced, "rsize");
   const TapeVars root = emit(e, em);
   em.line(step(root.var, em));
-  return cat("    for (kiln_index r = ", first, "; r < (kiln_index)d.m; r += ", stride, ") {\n", em.body, "    }\n");
+  return cat("    for (kiln_index r = ", first, "; r < ", end, "; r += ", stride, ") {\n", em.body, "    }\n");
 }
 
 // A warp_rows pass's lanes: lane l of an active warp starts at element l and steps by 32 (an inactive warp, past
@@ -152,10 +153,11 @@ inline std::string warp_fold(const std::string& var, const std::string& type, co
 
 // The program around `body` (inside the loop over output elements o, coordinates c0.. of the kept dims set);
 // outputs have strides over the first out_rank coordinates.
-// A split reduction's partial kernel runs over (output, chunk) pairs instead: o and s set. A warp_rows kernel's
-// warps take the outputs group * 8 + warp, its loop over groups the same in every thread of a block (the body
-// meets at barriers), with lane, warp and active set.
-enum class RowLoop { Outputs, Chunks, Warps };
+// A warp_rows kernel (RowLoop::Warps) runs a warp per output: its warps take the outputs group * 8 + warp, its loop
+// over groups the same in every thread of a block (the body meets at barriers), with lane, warp and active set. A
+// split reduction's partial kernel (RowLoop::ChunkWarps) runs a warp per (output, chunk) item: o and s set, and
+// chunk_end, the end of chunk s's elements [s * chunk, chunk_end).
+enum class RowLoop { Outputs, Warps, ChunkWarps };
 inline void assemble_rows(KernelSource& k, const ReductionVariant& v, int out_rank, const std::string& body,
                           bool split = false, RowLoop loop = RowLoop::Outputs) {
   k.outputs = 1;
@@ -172,37 +174,40 @@ inline void assemble_rows(KernelSource& k, const ReductionVariant& v, int out_ra
                                {cat("kiln_scalar scalar[", k.scalars, "]"), size_t(k.scalars)}};
   if (split) fields.insert(fields.end(), {{"long long splits", 1}, {"void* partial", 1}, {"void* partial_arg", 1}});
   const std::string rows = coordinates("o", 0, v.kept, "size") + body;
-  if (loop == RowLoop::Warps) {
-    k.block_threads = kWarpRowThreads;
-    k.shared_bytes = size_t(kWarpRowThreads) * 16;  // a value and an index per thread
-    return assemble(k, fields,
-                    cat("  extern __shared__ __align__(16) unsigned char kiln_smem[];\n",
-                        "  const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;\n",
-                        "  const kiln_index warps = (kiln_index)(blockDim.x / 32u);\n",
-                        "  for (kiln_index group = blockIdx.x; group * warps < (kiln_index)d.n; group += gridDim.x) {\n",
-                        "    const kiln_index o = group * warps + (kiln_index)warp;\n",
-                        "    const bool active = o < (kiln_index)d.n;\n", rows, "  }\n"));
-  }
+  if (loop == RowLoop::Outputs) return assemble(k, fields, grid_stride_loop("o", "d.n", rows));
+  k.block_threads = kWarpRowThreads;
+  k.shared_bytes = size_t(kWarpRowThreads) * 16;  // a value and an index per thread
+  const bool chunks = loop == RowLoop::ChunkWarps;
+  const std::string count = chunks ? "(kiln_index)(d.n * d.splits)" : "(kiln_index)d.n";
+  const std::string item =
+      chunks ? cat("    const kiln_index item = group * warps + (kiln_index)warp;\n",
+                   "    const bool active = item < ", count, ";\n",
+                   "    const kiln_index o = item / (kiln_index)d.splits, s = item % (kiln_index)d.splits;\n",
+                   "    const kiln_index chunk = ((kiln_index)d.m + (kiln_index)d.splits - 1) / (kiln_index)d.splits;\n",
+                   "    const kiln_index chunk_end = min((s + 1) * chunk, (kiln_index)d.m);\n")
+             : cat("    const kiln_index o = group * warps + (kiln_index)warp;\n", "    const bool active = o < ", count, ";\n");
   assemble(k, fields,
-           loop == RowLoop::Outputs
-               ? grid_stride_loop("o", "d.n", rows)
-               : grid_stride_loop("item", "(d.n * d.splits)",
-                                  "    const kiln_index o = item / (kiln_index)d.splits, s = item % (kiln_index)d.splits;\n" + rows));
+           cat("  extern __shared__ __align__(16) unsigned char kiln_smem[];\n",
+               "  const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;\n",
+               "  const kiln_index warps = (kiln_index)(blockDim.x / 32u);\n",
+               "  for (kiln_index group = blockIdx.x; group * warps < ", count, "; group += gridDim.x) {\n", item, rows,
+               "  }\n"));
 }
 
 }  // namespace detail
 
-// How many chunks each output's reduced elements split into: one (a thread per output) when there are outputs
-// enough to fill a GPU or elements too few to share; otherwise up to 2^16 threads in all, each chunk at least 256
-// elements. Fixed for a shape, so a reduction gives the same result every run.
+// How many chunks each output's reduced elements split into: one when there are outputs enough to fill a GPU or
+// elements too few to share; otherwise up to 8192 chunks in all (a warp each: an H200 holds 132 x 64 warps at
+// once), each chunk at least 256 elements. Fixed for a shape, so a reduction gives the same result every run.
 inline int64_t reduction_splits(int64_t outputs, int64_t reduced) {
-  constexpr int64_t kThreads = int64_t(1) << 16, kMinChunk = 256;
-  if (outputs >= kThreads / 4 || reduced < 2 * kMinChunk) return 1;
-  return std::clamp<int64_t>(reduced / kMinChunk, 1, kThreads / std::max<int64_t>(outputs, 1));
+  constexpr int64_t kWarps = 8192, kMinChunk = 256;
+  if (outputs >= kWarps / 4 || reduced < 2 * kMinChunk) return 1;
+  return std::clamp<int64_t>(reduced / kMinChunk, 1, kWarps / std::max<int64_t>(outputs, 1));
 }
 
 // The two kernels of a split reduction (they share reduction_descriptor's block and three more words: splits,
-// partial, partial_arg).
+// partial, partial_arg), each launched with blocks of kWarpRowThreads: a warp per (output, chunk), then a warp per
+// output.
 struct SplitReduction {
   KernelSource partial, combine;
 };
@@ -237,27 +242,34 @@ KernelSource reduction_kernel(const E& e, const ReductionVariant& v, std::string
   return k;
 }
 
-// The split form of reduction_kernel<R>(e, v): chunk s of output o reduces elements s, s + splits, ... into
-// partial[o * splits + s] (and its index into partial_arg), then each output folds its chunks in order.
+// The split form of reduction_kernel<R>(e, v): a warp reduces chunk s of output o, the elements
+// [s * chunk, (s + 1) * chunk) with chunk = ceil(m / splits), its lanes interleaved, into partial[o * splits + s]
+// (and its index into partial_arg); then a warp per output folds its chunks (lane l takes chunks l, l + 32, ...).
+// On an H200 a thread per chunk of interleaved elements (this kernel before) took 320 us for a batch norm's
+// statistics over [64, 64, 28, 28]: too few threads, each waiting on its loads one by one.
 template <Reduce R, Expression E>
 SplitReduction split_reduction_kernels(const E& e, const ReductionVariant& v, const std::string& entry = "kiln_reduce") {
   using T = typename E::value_type;
   using A = detail::Accumulator<R, T>;
   using Out = typename A::Result;
   check<std::invalid_argument>(!A::arg || v.reduced == 1, "kiln::cuda: argmax/argmin reduce one dim, not ", v.reduced);
-  check<std::invalid_argument>(!v.warp_rows, "kiln::cuda: a split reduction's chunks take threads, not warps");
   const std::string type = A::type();
+  const std::optional<detail::FoldCompanion> index =
+      A::arg ? std::optional<detail::FoldCompanion>({"arg", "long long", "0", "parg"}) : std::nullopt;
+  const std::string fold = detail::warp_fold("acc", type, A::init(), A::combine("v"), index);
   SplitReduction kernels;
   detail::Emitter em;
-  const std::string pass = detail::row_pass(
-      e, v, v.kept, [](const std::string& x, detail::Emitter&) { return A::step(x); }, em, "s", "(kiln_index)d.splits");
+  const std::string pass =
+      detail::row_pass(e, v, v.kept, [](const std::string& x, detail::Emitter&) { return A::step(x); }, em,
+                       "(active ? s * chunk + (kiln_index)lane : (kiln_index)d.m)", detail::kLaneStride, "chunk_end");
   kernels.partial.entry = entry + "_partial";
   kernels.partial.inputs = em.leaves;
   kernels.partial.scalars = em.scalars;
   detail::assemble_rows(kernels.partial, v, v.kept,
-                        A::declare() + pass + detail::cat("    ((", type, "*)d.partial)[item] = acc;\n",
-                                                          A::arg ? "    ((long long*)d.partial_arg)[item] = arg;\n" : ""),
-                        true, detail::RowLoop::Chunks);
+                        A::declare() + pass + fold +
+                            detail::cat("    if (active && lane == 0u) {\n      ((", type, "*)d.partial)[item] = acc;\n",
+                                        A::arg ? "      ((long long*)d.partial_arg)[item] = arg;\n" : "", "    }\n"),
+                        true, detail::RowLoop::ChunkWarps);
   kernels.combine.entry = entry + "_combine";
   kernels.combine.inputs = em.leaves;
   kernels.combine.scalars = em.scalars;
@@ -266,12 +278,12 @@ SplitReduction split_reduction_kernels(const E& e, const ReductionVariant& v, co
   detail::assemble_rows(
       kernels.combine, v, v.kept,
       A::declare() +
-          detail::cat("    for (long long s = 0; s < d.splits; ++s) {\n",
+          detail::cat("    for (long long s = active ? (long long)lane : d.splits; s < d.splits; s += 32) {\n",
                       "      const ", type, " v = ((const ", type, "*)d.partial)[o * d.splits + s];\n",
                       A::arg ? "      const long long parg = ((const long long*)d.partial_arg)[o * d.splits + s];\n" : "",
-                      "      ", A::combine("v"), "\n    }\n    ",
-                      detail::store_element<Out>("d.out[0]", em.out_offset(0), result), "\n"),
-      true);
+                      "      ", A::combine("v"), "\n    }\n", fold, "    if (active && lane == 0u) { ",
+                      detail::store_element<Out>("d.out[0]", em.out_offset(0), result), " }\n"),
+      true, detail::RowLoop::Warps);
   return kernels;
 }
 

@@ -14,6 +14,7 @@
 // Tested without a GPU on the emulated device (tests/cuda_null/emulated): a driver and an NVRTC whose "cubins" are
 // the generated source compiled for the host, so every call here runs in CI; what only a GPU can show (the real
 // driver's behaviour, timing) waits for one.
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -27,6 +28,7 @@
 #include "kiln/cuda/current_stream.hpp"
 #include "kiln/cuda/driver.hpp"
 #include "kiln/cuda/kernel_cache.hpp"
+#include "kiln/cuda/profile.hpp"
 
 namespace kiln::cuda {
 
@@ -127,9 +129,16 @@ class DeviceContext : public DeviceMemory {
       retired_.push_back(block_pointer);
     }
     void* params[] = {const_cast<void*>(parameter)};
+    const bool profile = profiling();
+    const auto start = std::chrono::steady_clock::now();
     driver_.require(api_.launch(function, c.grid, 1, 1, c.block, 1, 1, unsigned(k.shared_bytes),
                                 reinterpret_cast<void*>(stream), params, nullptr),
                     "cuLaunchKernel");
+    if (profile) {
+      synchronize_stream(stream);
+      KernelProfile::get().add(kiln::detail::cat(k.entry, " #", source_tag(k.source)),
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
     if (detail::debug_enabled())
       std::fprintf(stderr, "kiln: launched %s on %s: %u x %u threads, %zu bytes of shared memory\n", k.entry.c_str(),
                    name().c_str(), c.grid, c.block, k.shared_bytes);
