@@ -76,9 +76,9 @@ struct Accumulator {
     else if constexpr (arg) return "arg";
     else return "acc";
   }
-  // Folds a chunk's partial accumulator v (and its index parg) into acc, in chunk order: sums and products add or
-  // multiply; extremes keep the NaN rule; argmax/argmin take an equal value from a lower index too (a chunk's
-  // elements interleave with the others', so a later chunk can hold an earlier index).
+  // Folds a lane's or a chunk's partial accumulator v (and its index parg) into acc: sums and products add or
+  // multiply; extremes keep the NaN rule; argmax/argmin take an equal value from a lower index too (lanes take
+  // interleaved elements, so a later lane can hold an earlier index).
   static std::string combine(const std::string& v) {
     if constexpr (sum) return cat("acc += ", v, ";");
     if constexpr (product) return cat("acc *= ", v, ";");
