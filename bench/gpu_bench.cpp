@@ -101,15 +101,14 @@ void reductions(double copy_gbs) {
     cuda::ReductionVariant v = cuda::reduction_variant(x.shape(), {1}, e);
     v.warp_rows = warps;
     const char* how = warps ? "a warp per row" : "a thread per row";
-    const cuda::LaunchConfig launch = kiln::detail::launch_for_rows(v, rows);
     const cuda::KernelSource ks = cuda::reduction_kernel<cuda::Reduce::Sum>(e, v, warps ? "bench_sum_w" : "bench_sum");
     const auto ws = cuda::reduction_descriptor(e, ks, x.shape(), {1}, {on_device(sums), sums.strides()});
-    const double ts = median_seconds(5, [&] { device().launch(ks, ws, launch); });
+    const double ts = median_seconds(5, [&] { device().launch(ks, ws, kiln::detail::launch_for_rows(ks, rows)); });
     std::printf("sum over the last dim of [16384, 16384], %s: %.1f GB/s (%.2f of the copy bandwidth)\n", how,
                 read / ts / 1e9, read / ts / 1e9 / copy_gbs);
     const cuda::KernelSource kf = cuda::softmax_kernel<false>(e, v, warps ? "bench_softmax_w" : "bench_softmax");
     const auto wf = cuda::reduction_descriptor(e, kf, x.shape(), {1}, {on_device(soft), soft.strides()});
-    const double tf = median_seconds(5, [&] { device().launch(kf, wf, launch); });
+    const double tf = median_seconds(5, [&] { device().launch(kf, wf, kiln::detail::launch_for_rows(kf, rows)); });
     std::printf("softmax over the last dim of [16384, 16384], %s: %.1f GB/s counting one read and one write (%.2f of "
                 "the copy bandwidth; it reads the row twice)\n", how, 2 * read / tf / 1e9, 2 * read / tf / 1e9 / copy_gbs);
   }

@@ -61,12 +61,12 @@ const cuda::KernelSource& kernel_for(const std::string& key, Make&& make) {
 inline cuda::LaunchConfig launch_for(int64_t n) {
   return {.grid = unsigned(std::clamp<int64_t>((n + 1023) / 1024, 1, 8192)), .block = 256};
 }
-// A reduction's or softmax's kernel for n outputs: a thread per output (each walks a row: launch_for's four
-// elements a thread would leave most of a GPU idle), or a warp per output (blocks of 8).
-inline cuda::LaunchConfig launch_for_rows(const cuda::ReductionVariant& v, int64_t n) {
-  const int64_t per_block = v.warp_rows ? cuda::kWarpRowThreads / 32 : 256;
-  return {.grid = unsigned(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, 65535)),
-          .block = unsigned(v.warp_rows ? cuda::kWarpRowThreads : 256)};
+// A reduction's, softmax's or split reduction's kernel k over n rows (outputs, or chunks): a thread per row (each
+// walks a row: launch_for's four elements a thread would leave most of a GPU idle), or, for a kernel that runs in
+// blocks of block_threads, a warp per row.
+inline cuda::LaunchConfig launch_for_rows(const cuda::KernelSource& k, int64_t n) {
+  const int64_t block = k.block_threads > 0 ? k.block_threads : 256, per_block = k.block_threads > 0 ? block / 32 : block;
+  return {.grid = unsigned(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, 65535)), .block = unsigned(block)};
 }
 
 // dst = expr through dst's strides, every leaf on dst's device: the expression's kernel, made once per variant.
@@ -139,13 +139,12 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
   Shape kept;
   for (int i = 0; i < in.size(); ++i)
     if (!(rd.mask >> i & 1u)) kept.push_back(in[i]);
-  cuda::ReductionVariant variant = cuda::reduction_variant(in, dims, e);
+  const cuda::ReductionVariant variant = cuda::reduction_variant(in, dims, e);
   cuda::DeviceContext& context = cuda::DeviceContext::get(device.index());
   const cuda::ArrayRef to{out->device_bytes(), contiguous_strides(kept)};
   if (const int64_t splits = cuda::reduction_splits(out->numel(), rd.count); splits > 1) {
     // Few outputs, many elements each: partial results per chunk (8 bytes each: an accumulator, an index), folded;
-    // a warp per chunk, then per output (the kernels do not depend on warp_rows: one key for both).
-    variant.warp_rows = true;
+    // a warp per chunk, then per output.
     struct Partial;
     struct Combine;
     const auto make = [&] { return cuda::split_reduction_kernels<R>(e, variant); };
@@ -158,14 +157,14 @@ Tensor<Out> cuda_reduce(const E& e, const Shape& in, const Reduction& rd, const 
         e, combine, in, dims, to,
         {word_of(splits), word_of(static_cast<const void*>(scratch->device_bytes())),
          word_of(static_cast<const void*>(scratch->device_bytes() + items * 8))});
-    context.launch(partial, words, launch_for_rows(variant, items));
-    context.launch(combine, words, launch_for_rows(variant, out->numel()));
+    context.launch(partial, words, launch_for_rows(partial, items));
+    context.launch(combine, words, launch_for_rows(combine, out->numel()));
     return Tensor<Out>(out);
   }
   struct Tag;
   const cuda::KernelSource& kernel =
       kernel_for<std::pair<E, Tag>>(cat(int(R), variant.key()), [&] { return cuda::reduction_kernel<R>(e, variant); });
-  context.launch(kernel, cuda::reduction_descriptor(e, kernel, in, dims, to), launch_for_rows(variant, out->numel()));
+  context.launch(kernel, cuda::reduction_descriptor(e, kernel, in, dims, to), launch_for_rows(kernel, out->numel()));
   return Tensor<Out>(out);
 }
 
@@ -180,7 +179,7 @@ Tensor<T> cuda_softmax(const Tensor<T>& in, int dim, const char* op) {
   const cuda::KernelSource& kernel =
       kernel_for<std::pair<T, Tag>>(cat(kLog, variant.key()), [&] { return cuda::softmax_kernel<kLog>(e, variant); });
   const auto words = cuda::reduction_descriptor(e, kernel, in.shape(), {dim}, {out->device_bytes(), out->strides});
-  cuda::DeviceContext::get(in.device().index()).launch(kernel, words, launch_for_rows(variant, out->numel() / in.size(dim)));
+  cuda::DeviceContext::get(in.device().index()).launch(kernel, words, launch_for_rows(kernel, out->numel() / in.size(dim)));
   return Tensor<T>(out);
 }
 

@@ -83,13 +83,14 @@ void cuda_batched_matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>
     const T* A = device_ptr(a1);
     const T* B = device_ptr(b1);
     T* C = device_ptr(c);
-    const auto start = std::chrono::steady_clock::now();
+    const bool profile = cuda::profiling();  // (cuda/profile.hpp)
+    const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     for (int64_t o = 0; o < p.outer(); ++o) {
       const auto off = p.offsets(o);
       blas.gemm<T>(handle, ob->op, oa->op, int(p.N), int(p.M), int(p.K), B + off[1], ob->ld, sb, A + off[0], oa->ld, sa,
                    C + off[2], ldc, sc, int(count));
     }
-    if (cuda::profiling()) {  // (cuda/profile.hpp)
+    if (profile) {
       device.synchronize();
       cuda::KernelProfile::get().add(cat("cuBLAS ", dtype_name(scalar_type_of<T>()), " gemm ", p.M, "x", p.N, "x", p.K,
                                          count > 1 || p.outer() > 1 ? cat(" batch ", count * p.outer()) : std::string()),

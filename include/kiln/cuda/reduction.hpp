@@ -151,6 +151,13 @@ inline std::string warp_fold(const std::string& var, const std::string& type, co
              "    __syncthreads();\n");
 }
 
+// Accumulator A's warp_fold of acc (and argmax/argmin's index).
+template <class A>
+std::string fold_accumulator() {
+  return warp_fold("acc", A::type(), A::init(), A::combine("v"),
+                   A::arg ? std::optional<FoldCompanion>({"arg", "long long", "0", "parg"}) : std::nullopt);
+}
+
 // The program around `body` (inside the loop over output elements o, coordinates c0.. of the kept dims set);
 // outputs have strides over the first out_rank coordinates.
 // A warp_rows kernel (RowLoop::Warps) runs a warp per output: its warps take the outputs group * 8 + warp, its loop
@@ -233,9 +240,7 @@ KernelSource reduction_kernel(const E& e, const ReductionVariant& v, std::string
   const std::string store = detail::store_element<Out>("d.out[0]", em.out_offset(0), result);
   if (warps)
     detail::assemble_rows(k, v, v.kept,
-                          A::declare() + pass + detail::warp_fold("acc", A::type(), A::init(), A::combine("v"),
-                                                                     A::arg ? std::optional<detail::FoldCompanion>({"arg", "long long", "0", "parg"})
-                                                                            : std::nullopt) +
+                          A::declare() + pass + detail::fold_accumulator<A>() +
                               "    if (active && lane == 0u) { " + store + " }\n",
                           false, detail::RowLoop::Warps);
   else detail::assemble_rows(k, v, v.kept, A::declare() + pass + "    " + store + "\n");
@@ -254,9 +259,7 @@ SplitReduction split_reduction_kernels(const E& e, const ReductionVariant& v, co
   using Out = typename A::Result;
   check<std::invalid_argument>(!A::arg || v.reduced == 1, "kiln::cuda: argmax/argmin reduce one dim, not ", v.reduced);
   const std::string type = A::type();
-  const std::optional<detail::FoldCompanion> index =
-      A::arg ? std::optional<detail::FoldCompanion>({"arg", "long long", "0", "parg"}) : std::nullopt;
-  const std::string fold = detail::warp_fold("acc", type, A::init(), A::combine("v"), index);
+  const std::string fold = detail::fold_accumulator<A>();
   SplitReduction kernels;
   detail::Emitter em;
   const std::string pass =
