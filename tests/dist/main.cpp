@@ -1,5 +1,7 @@
 // doctest's main for the MPI tests (kiln_dist_tests), run by meson test under
-// `mpirun --allow-run-as-root --oversubscribe -np 2` and `-np 3`. Every rank runs every test case in the same
+// `mpirun --allow-run-as-root --oversubscribe -np 2` and `-np 3`, and for the NCCL tests on the emulated device
+// (kiln_nccl_emulated_tests, built with KILN_DIST_TEST_NCCL: backend "nccl", started by launch_ranks.sh with
+// RANK, WORLD_SIZE and KILN_STORE_PATH, or by mpirun, the NCCL id then going over MPI). Every rank runs every test case in the same
 // order (the collectives must match); rank 0 prints doctest's usual report, the others only their failures.
 // The exit status is non-zero on every rank when any rank failed. KILN_DIST_TEST_TIMEOUT_MS sets the default
 // group's timeout (default 60 s), so that a broken collective fails the run instead of hanging it. The cases
@@ -33,6 +35,12 @@
 #include <thread>
 
 #include "kiln/dist/mpi.hpp"
+#ifdef KILN_DIST_TEST_NCCL
+#include "kiln/dist/nccl.hpp"
+constexpr const char* kBackend = "nccl";
+#else
+constexpr const char* kBackend = "mpi";
+#endif
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
@@ -80,10 +88,10 @@ int expect_dist_error(dist::ProcessGroup& pg, const std::string& scenario, const
 int run_scenario(const std::string& scenario) {
   if (scenario == "kill" || scenario == "exit") {
     const int timeout_s = scenario == "kill" ? 5 : 2;
-    auto& pg = dist::init_process_group("mpi", std::chrono::seconds(timeout_s));
-    Tensor<float> t = ones<float>({1000});
+    auto& pg = dist::init_process_group(kBackend, std::chrono::seconds(timeout_s));
+    Tensor<float> t = ones<float>({1000}, pg.device());
     pg.all_reduce(t);  // all ranks alive: completes
-    if (t.data_ptr()[0] != float(pg.size())) return report(false, scenario, pg.rank(), "first all_reduce is wrong");
+    if (t.cpu().data_ptr()[0] != float(pg.size())) return report(false, scenario, pg.rank(), "first all_reduce is wrong");
     if (pg.rank() == 1) {
       if (scenario == "exit") std::_Exit(3);
       auto work = pg.all_reduce_async(t);  // started, then killed before it completes
@@ -93,36 +101,36 @@ int run_scenario(const std::string& scenario) {
     return expect_dist_error(pg, scenario, "all_reduce", timeout_s, timeout_s + 2.0, [&] { pg.all_reduce(t); });
   }
   if (scenario == "hang") {
-    auto& pg = dist::init_process_group("mpi", std::chrono::seconds(1));
+    auto& pg = dist::init_process_group(kBackend, std::chrono::seconds(1));
     pg.barrier();
     if (pg.rank() == pg.size() - 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2500));
       std::_Exit(0);
     }
-    Tensor<double> t = ones<double>({10});
+    Tensor<double> t = ones<double>({10}, pg.device());
     return expect_dist_error(pg, scenario, "all_reduce", 1.0, 2.0, [&] { pg.all_reduce(t); });
   }
   if (scenario == "abort") {
-    auto& pg = dist::init_process_group("mpi", std::chrono::milliseconds(500));
+    auto& pg = dist::init_process_group(kBackend, std::chrono::milliseconds(500));
     pg.barrier();
     if (pg.rank() == 1) {  // hangs for a minute: only abort_job on rank 0 can end the job sooner
       std::this_thread::sleep_for(std::chrono::seconds(60));
       std::_Exit(0);
     }
-    Tensor<float> t = ones<float>({10});
+    Tensor<float> t = ones<float>({10}, pg.device());
     const int status = expect_dist_error(pg, scenario, "all_reduce", 0.5, 2.5, [&] { pg.all_reduce(t); });
     if (pg.rank() == 0) pg.abort_job(status == 0 ? 0 : 1);  // ends every rank, the hung one included
     std::this_thread::sleep_for(std::chrono::seconds(60));  // the others wait to be ended
     return 1;
   }
   if (scenario == "timeout") {
-    auto& pg = dist::init_process_group("mpi", std::chrono::milliseconds(300));
+    auto& pg = dist::init_process_group(kBackend, std::chrono::milliseconds(300));
     pg.barrier();
     if (const int rank = pg.rank(); rank != 0) {
       dist::destroy_process_group();  // pg is gone now
       return report(true, scenario, rank, "not involved");
     }
-    Tensor<int32_t> t = zeros<int32_t>({8});
+    Tensor<int32_t> t = zeros<int32_t>({8}, pg.device());
     const int status = expect_dist_error(pg, scenario, "recv", 0.3, 2.0, [&] { pg.recv(t, 1, 7); });
     try {
       pg.recv(t, 1, 7);
@@ -141,19 +149,19 @@ int main(int argc, char** argv) {
   namespace dist = kiln::dist;
   if (argc > 1 && std::string(argv[1]).rfind("--scenario=", 0) == 0) return run_scenario(std::string(argv[1]).substr(11));
   const char* ms = std::getenv("KILN_DIST_TEST_TIMEOUT_MS");
-  dist::ProcessGroup& pg = dist::init_process_group("mpi", std::chrono::milliseconds(ms ? std::atoll(ms) : 60000));
+  dist::ProcessGroup& pg = dist::init_process_group(kBackend, std::chrono::milliseconds(ms ? std::atoll(ms) : 60000));
   doctest::Context context;
   context.applyCommandLine(argc, argv);
   if (pg.rank() != 0) context.setOption("minimal", true);
   const int failed = context.run();
   if (context.shouldExit()) return failed;
   try {
-    kiln::Tensor<int32_t> any_failed = kiln::full<int32_t>({1}, failed != 0 ? 1 : 0);
+    kiln::Tensor<int32_t> any_failed = kiln::full<int32_t>({1}, failed != 0 ? 1 : 0, pg.device());
     pg.all_reduce(any_failed, dist::ReduceOp::max);
+    const int status = any_failed.cpu().item() ? 1 : 0;
     if (pg.rank() == 0)
-      std::printf("kiln dist tests: %d ranks, %s\n", pg.size(), any_failed.item() ? "some rank failed" : "all passed");
+      std::printf("kiln dist tests (%s): %d ranks, %s\n", kBackend, pg.size(), status ? "some rank failed" : "all passed");
     std::fflush(stdout);
-    const int status = any_failed.item() ? 1 : 0;
     dist::destroy_process_group();
     return status;
   } catch (const dist::DistError& e) {

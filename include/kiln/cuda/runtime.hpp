@@ -185,6 +185,10 @@ class DeviceContext : public DeviceMemory {
     for (void* p : done) allocator_.free(p);
   }
 
+  // Makes this device's primary context the calling thread's current one: a library that works in the current
+  // context (NCCL, through the CUDA runtime) then runs on this device.
+  void make_current() { driver_.require(api_.set_current(context_), "cuCtxSetCurrent"); }
+
   // How many distinct programs this context has loaded as modules (each once).
   size_t modules_loaded() const {
     std::lock_guard lock(mutex_);
@@ -254,7 +258,6 @@ class DeviceContext : public DeviceMemory {
   }
 
   static uint64_t address(const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
-  void make_current() { driver_.require(api_.set_current(context_), "cuCtxSetCurrent"); }
 
   // The kernel's function in this context: its program from the kernel cache (keyed by its source), loaded as a
   // module once, and the shared-memory limit raised where the kernel needs more than the default.

@@ -43,6 +43,10 @@ class DistributedDataParallel {
     std::vector<std::pair<std::string, Tensor<float>>> params;
     for (auto& [name, p] : module_->named_parameters())
       if (p.requires_grad()) params.emplace_back(name, p);
+    for (auto& [name, p] : params)
+      check<std::invalid_argument>(p.device() == group_->device(), "DistributedDataParallel: parameter ", name, " is on ",
+                                   p.device().str(), "; the ", group_->backend(), " process group works on ",
+                                   group_->device().str(), " (move the module there first)");
     check_same_layout(params);
     broadcast_state(true);
     reducer_ = std::make_shared<detail::Reducer>(std::move(params), group_, options_.bucket_cap_mb,
@@ -108,7 +112,7 @@ class DistributedDataParallel {
       hash = hash * 1000003u + uint64_t(p.dim());
     }
     Tensor<int64_t> mine = tensor<int64_t>({int64_t(params.size()), numel, int64_t(hash)});
-    Tensor<int64_t> all = group_->all_gather(mine).as<int64_t>();
+    Tensor<int64_t> all = group_->all_gather(mine.to(group_->device())).as<int64_t>().cpu();
     for (int r = 0; r < group_->size(); ++r)
       check<ShapeError>(all[r].to_vector() == mine.to_vector(), "DistributedDataParallel: rank ", r, " has ",
                         all[r][0].item(), " parameters of ", all[r][1].item(), " values, rank ", group_->rank(), " has ",

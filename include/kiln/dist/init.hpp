@@ -40,23 +40,43 @@ inline bool register_backend(const std::string& name, BackendFactory factory) {
   return true;
 }
 
+namespace detail {
+// Whether backend `name` is registered (its header was included).
+inline bool backend_registered(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.backends.count(name) > 0;
+}
+
+// The factory of the registered backend `backend`; throws naming the registered ones.
+inline BackendFactory factory_of(const std::string& backend) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.backends.find(backend);
+  if (it == r.backends.end()) {
+    std::string known;
+    for (auto& [name, f] : r.backends) known += (known.empty() ? "" : ", ") + name;
+    throw std::invalid_argument(kiln::detail::cat(
+        "init_process_group: unknown backend \"", backend, "\" (registered: ", known.empty() ? "none" : known,
+        "); include <kiln/dist/mpi.hpp> for \"mpi\", <kiln/dist/nccl.hpp> for \"nccl\""));
+  }
+  return it->second;
+}
+
+// A new group of the registered backend `backend` over every process of the job (not the default group).
+inline std::shared_ptr<ProcessGroup> new_group(const std::string& backend, const ProcessGroupOptions& options) {
+  return factory_of(backend)(options);
+}
+}  // namespace detail
+
 // Creates the default group over every process of the job (rank and size from the launcher).
 inline ProcessGroup& init_process_group(const std::string& backend, ProcessGroupOptions options = {}) {
+  const BackendFactory factory = detail::factory_of(backend);
   detail::Registry& r = detail::registry();
-  BackendFactory factory;
   {
     std::lock_guard lock(r.mutex);
-    auto it = r.backends.find(backend);
-    if (it == r.backends.end()) {
-      std::string known;
-      for (auto& [name, f] : r.backends) known += (known.empty() ? "" : ", ") + name;
-      throw std::invalid_argument(kiln::detail::cat(
-          "init_process_group: unknown backend \"", backend, "\" (registered: ", known.empty() ? "none" : known,
-          "); include <kiln/dist/mpi.hpp> for \"mpi\""));
-    }
     check<std::logic_error>(!r.default_group, "init_process_group: the default process group is already initialized (",
                             r.default_group ? r.default_group->backend() : "", "); call destroy_process_group() first");
-    factory = it->second;
   }
   std::shared_ptr<ProcessGroup> group = factory(options);
   std::lock_guard lock(r.mutex);

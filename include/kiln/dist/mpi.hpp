@@ -17,14 +17,13 @@
 #include "kiln/dist/mpi_header.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <string_view>
 #include <vector>
 
+#include "kiln/dist/arguments.hpp"
 #include "kiln/dist/init.hpp"
 #include "kiln/dist/mpi_types.hpp"
 #include "kiln/dist/mpi_work.hpp"
@@ -62,8 +61,7 @@ class MpiProcessGroup : public ProcessGroup {
   // Over a duplicate of comm (MPI_COMM_WORLD by default), initializing MPI when needed.
   explicit MpiProcessGroup(ProcessGroupOptions options = {}, MPI_Comm comm = MPI_COMM_WORLD)
       : state_(std::make_shared<detail::MpiCommState>()),
-        check_shapes_(options.check_shapes || (std::getenv("KILN_DIST_CHECK_SHAPES") &&
-                                               std::string_view(std::getenv("KILN_DIST_CHECK_SHAPES")) == "1")) {
+        check_shapes_(detail::check_shapes_requested(options)) {
     check<std::invalid_argument>(options.timeout.count() > 0, "MpiProcessGroup: timeout must be positive, got ",
                                  options.timeout.count(), " ms");
     detail::ensure_mpi_initialized();
@@ -139,9 +137,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> all_gather_async(const AnyTensor& output, const AnyTensor& input) override {
     const char* name = "all_gather";
     prepare(name, {output, input});
-    check<ShapeError>(output.numel() == int64_t(size()) * input.numel(), name, ": output of shape ", output.shape(),
-                      " must have ", size(), " x ", input.numel(), " elements for input of shape ", input.shape(),
-                      " on ", size(), " ranks");
+    detail::check_all_gather_sizes(name, output, input, size());
     detail::Staged in = detail::stage(input, false), out = detail::stage(output, true);
     const int n = count(name, in.buffer);
     count(name, out.buffer);
@@ -155,9 +151,7 @@ class MpiProcessGroup : public ProcessGroup {
                                              ReduceOp op = ReduceOp::sum) override {
     const char* name = "reduce_scatter";
     const MPI_Op mop = prepare(name, {output, input}, op);
-    check<ShapeError>(input.numel() == int64_t(size()) * output.numel(), name, ": input of shape ", input.shape(),
-                      " must have ", size(), " x ", output.numel(), " elements for output of shape ", output.shape(),
-                      " on ", size(), " ranks");
+    detail::check_reduce_scatter_sizes(name, output, input, size());
     detail::Staged in = detail::stage(input, false), out = detail::stage(output, true);
     const int n = count(name, out.buffer);
     count(name, in.buffer);
@@ -170,9 +164,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> all_to_all_async(const AnyTensor& output, const AnyTensor& input) override {
     const char* name = "all_to_all";
     prepare(name, {output, input});
-    check<ShapeError>(input.numel() == output.numel() && input.numel() % size() == 0, name, ": input of shape ",
-                      input.shape(), " and output of shape ", output.shape(),
-                      " must have the same number of elements, a multiple of the ", size(), " ranks");
+    detail::check_all_to_all_sizes(name, output, input, size());
     detail::Staged in = detail::stage(input, false), out = detail::stage(output, true);
     const int n = count(name, in.buffer) / size();
     const MPI_Datatype dt = detail::mpi_datatype(input.dtype());
@@ -184,13 +176,13 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> barrier_async() override {
     const char* name = "barrier";
     state_->check_usable(name);
-    if (check_shapes_) agree(name, {0, 0, 0, 0});
+    if (check_shapes_) agree(name, detail::kBarrierKey);
     return start(name, AnyTensor(), {}, [&](MPI_Request* r) { return MPI_Ibarrier(comm(), r); }, {});
   }
 
   std::shared_ptr<Work> send_async(const AnyTensor& t, int dst, int tag = 0) override {
     const char* name = "send";
-    check_peer(name, dst, tag);
+    detail::check_peer(name, dst, tag, rank(), size());
     state_->check_usable(name);
     detail::Staged s = detail::stage(t, false);
     const int n = count(name, s.buffer);
@@ -201,7 +193,7 @@ class MpiProcessGroup : public ProcessGroup {
 
   std::shared_ptr<Work> recv_async(const AnyTensor& t, int src, int tag = 0) override {
     const char* name = "recv";
-    check_peer(name, src, tag);
+    detail::check_peer(name, src, tag, rank(), size());
     state_->check_usable(name);
     detail::Staged s = detail::stage(t, true);
     const int n = count(name, s.buffer);
@@ -216,27 +208,10 @@ class MpiProcessGroup : public ProcessGroup {
   MPI_Op prepare(const char* name, std::initializer_list<AnyTensor> tensors, std::optional<ReduceOp> op = {},
                  int root = 0) {
     state_->check_usable(name);
-    for (const AnyTensor& t : tensors) {
-      check<std::invalid_argument>(t.defined(), name, ": the tensor is undefined");
-      check<DTypeError>(t.dtype() == tensors.begin()->dtype(), name, ": output and input dtypes differ (",
-                        dtype_name(tensors.begin()->dtype()), " and ", dtype_name(t.dtype()), ")");
-    }
-    check<std::invalid_argument>(root >= 0 && root < size(), name, ": root ", root, " is not a rank of a group of ",
-                                 size());
-    const AnyTensor& first = *tensors.begin();
-    const MPI_Op mop = op ? detail::mpi_op(*op, first.dtype(), name) : MPI_OP_NULL;
-    if (check_shapes_) {
-      uint64_t numel = 0;  // the sizes of all tensors, hashed
-      for (const AnyTensor& t : tensors) numel = numel * 1000003u + uint64_t(t.numel());
-      agree(name, {int64_t(first.dtype()), int64_t(numel), op ? int64_t(*op) : -1, root});
-    }
+    detail::check_collective_arguments(name, tensors, root, size());
+    const MPI_Op mop = op ? detail::mpi_op(*op, tensors.begin()->dtype(), name) : MPI_OP_NULL;
+    if (check_shapes_) agree(name, detail::agreement_key(tensors, op, root));
     return mop;
-  }
-
-  void check_peer(const char* name, int peer, int tag) const {
-    check<std::invalid_argument>(peer >= 0 && peer < size() && peer != rank(), name, ": peer rank ", peer,
-                                 " must be another rank of the group of ", size(), " (this is rank ", rank(), ")");
-    check<std::invalid_argument>(tag >= 0 && tag <= 32767, name, ": tag ", tag, " must be in [0, 32767]");
   }
 
   int count(const char* name, const AnyTensor& t) const {
@@ -263,24 +238,16 @@ class MpiProcessGroup : public ProcessGroup {
     if (rc != MPI_SUCCESS) state_->fail(name, "MPI could not start it: " + detail::mpi_error_string(rc));
     detail::OpDescription what;
     if (described.defined()) what = {described.numel(), described.dtype(), peer, tag, std::strcmp(name, "recv") == 0};
-    return std::make_shared<detail::MpiWork>(state_, name, what, request, std::move(buffers), std::move(finish));
+    return detail::make_mpi_work(state_, name, what, request, std::move(buffers), std::move(finish));
   }
 
   // check_shapes: all ranks exchange `mine` and throw DistError (on every rank) when they differ.
-  void agree(const char* name, std::array<int64_t, 4> mine) {
+  void agree(const char* name, detail::AgreementKey mine) {
     std::vector<int64_t> all(size_t(4 * size()));
     start(name, AnyTensor(), {}, [&](MPI_Request* r) {
       return MPI_Iallgather(mine.data(), 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm(), r);
     }, {})->wait();
-    for (int r = 0; r < size(); ++r)
-      if (!std::equal(mine.begin(), mine.end(), all.begin() + 4 * r)) {
-        std::string table;
-        for (int q = 0; q < size(); ++q)
-          table += kiln::detail::cat(q ? "; " : "", "rank ", q, ": dtype ", dtype_name(ScalarType(all[size_t(4 * q)])),
-                                     ", size code ", all[size_t(4 * q + 1)], ", op ", all[size_t(4 * q + 2)],
-                                     ", root ", all[size_t(4 * q + 3)]);
-        throw DistError(name, rank(), "check_shapes: the ranks called it with different arguments (" + table + ")");
-      }
+    detail::check_agreement(name, rank(), mine, all);
   }
 
   std::shared_ptr<detail::MpiCommState> state_;

@@ -1,5 +1,6 @@
 #pragma once
-// kiln::dist::ProcessGroup: the communicator interface every backend implements (MPI in <kiln/dist/mpi.hpp>),
+// kiln::dist::ProcessGroup: the communicator interface every backend implements (MPI in <kiln/dist/mpi.hpp> for CPU
+// tensors, NCCL in <kiln/dist/nccl.hpp> for CUDA tensors),
 // as torch.distributed's ProcessGroup. Collectives take AnyTensor, so any dtype goes through one interface (a
 // Tensor<T> converts implicitly and is shared, so in-place results land in it):
 //
@@ -68,6 +69,8 @@ struct ProcessGroupOptions {
   // Before each collective, all ranks exchange dtype and size and throw DistError on a mismatch (one extra
   // small collective per call: a debug mode). KILN_DIST_CHECK_SHAPES=1 in the environment turns it on too.
   bool check_shapes = false;
+  // NCCL: the CUDA device of this rank; -1: LOCAL_RANK (or Open MPI's local rank) modulo the devices, else 0.
+  int device = -1;
 };
 
 class ProcessGroup {
@@ -78,6 +81,8 @@ class ProcessGroup {
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
   virtual std::chrono::milliseconds timeout() const = 0;
+  // Where the tensors of its collectives live: the CPU for MPI, the group's CUDA device for NCCL.
+  virtual Device device() const { return kCPU; }
   // True after a collective failed or timed out: every call throws DistError from then on.
   virtual bool aborted() const = 0;
   // Ends the whole job (MPI_Abort): for a rank that caught a DistError and wants its hung peers gone too.
@@ -116,7 +121,7 @@ class ProcessGroup {
   AnyTensor all_gather(const AnyTensor& input) {
     Shape shape{int64_t(size())};
     for (int64_t s : input.shape()) shape.push_back(s);
-    AnyTensor out = kiln::empty(shape, input.dtype());
+    AnyTensor out = kiln::empty(shape, input.dtype(), input.device());
     all_gather(out, input);
     return out;
   }

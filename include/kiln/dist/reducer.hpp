@@ -52,7 +52,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
       b.params.push_back(k);
       b.numel += n;
     }
-    for (Bucket& b : buckets_) b.buffer = zeros<float>({b.numel});
+    for (Bucket& b : buckets_) b.buffer = zeros<float>({b.numel}, group_->device());
     timings_.resize(buckets_.size());
     reset();
   }
@@ -200,7 +200,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     if (find_unused_) {
       Tensor<int32_t> used = ones<int32_t>({int64_t(params_.size())});
       for (const size_t k : unused_) used.data_ptr()[k] = 0;
+      used = used.to(group_->device());
       group_->all_reduce(used, ReduceOp::max);
+      used = used.cpu();
       for (const size_t k : unused_)
         if (used.data_ptr()[k]) {
           autograd::meta_of(params_[k].second.impl_ptr()).grad = slot_view(k).impl_ptr();

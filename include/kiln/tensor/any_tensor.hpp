@@ -61,6 +61,7 @@ class AnyTensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   ScalarType dtype() const { return checked().dtype; }
   ScalarType scalar_type() const { return dtype(); }
+  Device device() const { return checked().device(); }
   const Shape& shape() const { return checked().shape; }
   const Shape& sizes() const { return shape(); }
   int64_t size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
@@ -129,8 +130,8 @@ inline std::ostream& operator<<(std::ostream& out, const AnyTensor& t) {
 }
 
 // An uninitialized tensor of a run-time dtype.
-inline AnyTensor empty(const Shape& shape, ScalarType dtype) {
-  return AnyTensor(TensorImpl::allocate(shape, dtype, "empty"));
+inline AnyTensor empty(const Shape& shape, ScalarType dtype, Device device = kCPU) {
+  return AnyTensor(TensorImpl::allocate(shape, dtype, "empty", device));
 }
 inline AnyTensor zeros(const Shape& shape, ScalarType dtype) {
   return detail::dispatch_dtype(dtype, [&](auto tag) { return AnyTensor(zeros<typename decltype(tag)::type>(shape)); });

@@ -2,11 +2,13 @@
 // use it): one device of compute capability 9.0 whose memory is host memory (a budget of
 // KILN_EMULATED_DEVICE_BYTES, 256 MiB by default, past which cuMemAlloc reports CUDA_ERROR_OUT_OF_MEMORY), whose
 // modules are the host libraries that the emulated NVRTC (nvrtc.cpp) builds, and whose launches run at once on
-// the calling thread (streams and events are therefore always complete; it counts the launches on each stream,
-// kiln_emulated_launches_on, for the tests). It checks what a GPU would refuse and a
-// host would not notice: more than 1024 threads, and dynamic shared memory past 48 KiB without
+// the calling thread (streams and events are therefore complete but for the emulated NCCL's work, below; it
+// counts the launches on each stream, kiln_emulated_launches_on, for the tests). It checks what a GPU would refuse
+// and a host would not notice: more than 1024 threads, and dynamic shared memory past 48 KiB without
 // cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) or past 227 KiB. Only what kiln's cuda/driver.hpp and
-// cuda/runtime.hpp call is here.
+// cuda/runtime.hpp call is here. The emulated NCCL (nccl.cpp) registers its work per stream
+// (kiln_emulated_set_stream_work): an event recorded after a collective is complete, and a stream or the context
+// synchronized, only once that collective is.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -24,7 +26,7 @@
 namespace {
 
 constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kInvalidImage = 200, kNotFound = 500,
-              kLaunchOutOfResources = 701, kInvalidHandle = 400;
+              kNotReady = 600, kLaunchOutOfResources = 701, kInvalidHandle = 400;
 constexpr size_t kDefaultShared = 48 * 1024, kMaxShared = 227 * 1024;
 
 using Launch = void (*)(void**, unsigned, unsigned);
@@ -49,6 +51,29 @@ Device& device() {
   static Device* d = new Device;  // (never destroyed: kiln's contexts free their cached memory at exit)
   return *d;
 }
+
+// The emulated NCCL's operations on a stream: ticket(stream) numbers the last one issued on it, done(stream, ticket)
+// moves them along and says whether every one up to the ticket completed (stream kAnyStream: on every stream).
+struct StreamWork {
+  unsigned long long (*ticket)(void* stream) = nullptr;
+  bool (*done)(void* stream, unsigned long long ticket) = nullptr;
+};
+StreamWork& stream_work() {
+  static StreamWork w;
+  return w;
+}
+void* const kAnyStream = reinterpret_cast<void*>(~uintptr_t(0));
+bool stream_work_done(void* stream, unsigned long long ticket) {
+  return !stream_work().done || stream_work().done(stream, ticket);
+}
+void wait_for_stream_work(void* stream) {
+  while (!stream_work_done(stream, ~0ull)) ::usleep(200);
+}
+
+struct Event {
+  void* stream = nullptr;
+  unsigned long long ticket = 0;
+};
 
 // A stream kiln may use: the default one or one created and not destroyed.
 bool known_stream(void* stream) {
@@ -90,7 +115,10 @@ int cuDevicePrimaryCtxRetain(void** context, int) {
   return kSuccess;
 }
 int cuCtxSetCurrent(void*) { return kSuccess; }
-int cuCtxSynchronize() { return kSuccess; }
+int cuCtxSynchronize() {
+  wait_for_stream_work(kAnyStream);
+  return kSuccess;
+}
 
 int cuMemAlloc_v2(uint64_t* p, size_t bytes) {
   Device& d = device();
@@ -178,8 +206,15 @@ int cuStreamCreate(void** stream, unsigned) {
   device().launches_on[*stream] = 0;
   return kSuccess;
 }
-int cuStreamSynchronize(void* stream) { return known_stream(stream) ? kSuccess : kInvalidHandle; }
-int cuStreamQuery(void* stream) { return known_stream(stream) ? kSuccess : kInvalidHandle; }
+int cuStreamSynchronize(void* stream) {
+  if (!known_stream(stream)) return kInvalidHandle;
+  wait_for_stream_work(stream);
+  return kSuccess;
+}
+int cuStreamQuery(void* stream) {
+  if (!known_stream(stream)) return kInvalidHandle;
+  return stream_work_done(stream, ~0ull) ? kSuccess : kNotReady;
+}
 int cuStreamWaitEvent(void* stream, void* event, unsigned) {
   return known_stream(stream) && event ? kSuccess : kInvalidHandle;
 }
@@ -190,14 +225,27 @@ long long kiln_emulated_launches_on(void* stream) {
 }
 
 int cuEventCreate(void** event, unsigned) {
-  *event = new int(0);
+  *event = new Event;
   return kSuccess;
 }
-int cuEventRecord(void*, void* stream) { return known_stream(stream) ? kSuccess : kInvalidHandle; }
-int cuEventQuery(void*) { return kSuccess; }
-int cuEventDestroy_v2(void* event) {
-  delete static_cast<int*>(event);
+int cuEventRecord(void* event, void* stream) {
+  if (!known_stream(stream)) return kInvalidHandle;
+  auto* e = static_cast<Event*>(event);
+  e->stream = stream;
+  e->ticket = stream_work().ticket ? stream_work().ticket(stream) : 0;
   return kSuccess;
+}
+int cuEventQuery(void* event) {
+  const auto* e = static_cast<const Event*>(event);
+  return stream_work_done(e->stream, e->ticket) ? kSuccess : kNotReady;
+}
+int cuEventDestroy_v2(void* event) {
+  delete static_cast<Event*>(event);
+  return kSuccess;
+}
+// Called by the emulated NCCL when it first runs.
+void kiln_emulated_set_stream_work(unsigned long long (*ticket)(void*), bool (*done)(void*, unsigned long long)) {
+  stream_work() = {ticket, done};
 }
 
 }  // extern "C"
