@@ -24,7 +24,7 @@ struct Args {
   int64_t limit_batches = 0;  // per epoch, 0: all (for quick runs and tests)
   bool resume = false;
   bool quiet = false;  // no progress bar, one line per epoch
-  bool distributed = false;  // data-parallel under mpirun (replicas.hpp)
+  bool distributed = false;  // data-parallel under mpirun, or with --device cuda a NCCL file store (replicas.hpp)
   std::string device = "cpu";  // --device cpu|cuda|cuda:N
   std::string amp;  // --amp bf16|fp16: forward and loss under autocast; fp16 with a GradScaler ("": float)
   std::string export_png_dir;  // --export-png DIR N: write N test images as PNG files instead of training
@@ -35,7 +35,8 @@ inline constexpr const char* kUsage =
     "usage: fashion_mnist [--epochs N] [--threads N] [--workers N] [--batch-size N] [--lr X]\n"
     "                     [--schedule onecycle|constant] [--seed N] [--data DIR] [--out DIR]\n"
     "                     [--limit-batches N] [--resume] [--quiet] [--amp bf16|fp16] [--device cpu|cuda[:N]]\n"
-    "       mpirun -np N fashion_mnist --distributed [options]   (--batch-size is the global batch)\n"
+    "       mpirun -np N fashion_mnist --distributed [options]   (--batch-size is the global batch; over MPI,\n"
+    "                                                              or NCCL with --device cuda)\n"
     "       fashion_mnist --export-png DIR N [--data DIR]\n"
     "Trains a CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), evaluates on the test set and writes\n"
     "a checkpoint each epoch (OUT/checkpoint.safetensors) and the curves (OUT/curves.svg).\n"
@@ -76,8 +77,6 @@ inline Args parse_args(int argc, char** argv) {
       a.export_png_count = f.number<int64_t>(1);
     } else f.unknown();
   }
-  const bool cuda = a.device != "cpu";
-  if (cuda && a.distributed) throw ArgsError("--distributed trains on CPU ranks (MPI); it does not take --device cuda yet");
   return a;
 }
 

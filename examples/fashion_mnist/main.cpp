@@ -4,7 +4,8 @@
 //
 //   fashion_mnist --epochs 3 --threads 2          (fashion_mnist --help for every option)
 //   fashion_mnist --device cuda                   (on a GPU: the model, each batch and the optimizer's state there)
-//   mpirun -np 2 fashion_mnist --distributed      (data-parallel with SyncBatchNorm: replicas.hpp)
+//   mpirun -np 2 fashion_mnist --distributed      (data-parallel with SyncBatchNorm: replicas.hpp; with
+//                                                  --device cuda a GPU per rank, over NCCL)
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -105,9 +106,9 @@ int export_test_pngs(const Args& args) {
 int run(const Args& args) {
   manual_seed(args.seed);
   nn::Sequential net = make_model();
-  Replicas replicas(args.distributed, net);  // --distributed: rank 0's parameters on every rank
   const Device device = command_line::training_device(args.device);
   net->to(device);  // (before the optimizer: its state is made where the parameters are)
+  Replicas replicas(args.distributed, net, device);  // --distributed: rank 0's parameters on every rank
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   set_num_threads(args.threads > 0 ? args.threads : std::max(1, cores / replicas.size()));
   Split train, test;

@@ -1,7 +1,8 @@
 // What only the NCCL backend does, on the emulated device and NCCL (tests/cuda_null/emulated: each rank a process
 // with its own device, the ranks exchanging through files): its declarations of NCCL's ABI against the Toolkit's
 // nccl.h; CUDA tensors only, contiguous ones only, named errors otherwise; the check_shapes mode on a second group
-// made over the first; DistributedDataParallel on CUDA tensors equal to single-process training on the CPU; the
+// made over the first; DistributedDataParallel on CUDA tensors, with and without SyncBatchNorm, equal to
+// single-process training on the CPU; the
 // Toolkit's real libnccl loaded beside the emulated one.
 // The collectives common to every backend: test_collectives.cpp.
 #include <doctest/doctest.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "kiln/data.hpp"
 #include "kiln/dist/ddp.hpp"
 #include "kiln/dist/nccl.hpp"
+#include "kiln/dist/sync_batch_norm.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/optim.hpp"
 
@@ -108,21 +111,22 @@ TEST_CASE("nccl check_shapes: a second group over the first; ranks with differen
   CHECK(u.cpu().to_vector() == std::vector<float>(6, 1.0f));
 }
 
-TEST_CASE("nccl DDP: 10 Adam steps of an MLP on CUDA tensors equal single-process training on the CPU") {
+namespace {
+// 10 Adam steps of make(seed) on CUDA tensors under DDP (its batch norms synchronized when sync_batchnorm), each rank
+// on its part of a global batch of 12, against the same steps on the CPU in one process on the whole batch:
+// parameters and buffers (running statistics) within 1e-5 relative.
+void check_ddp_equals_single_process(const std::function<nn::Sequential(uint64_t)>& make, bool sync_batchnorm) {
   auto pg = dist::default_process_group_ptr();
   const int ranks = pg->size();
   constexpr int64_t kGlobalBatch = 12;  // divisible by 2 and 3 ranks
   Generator g(77);
   const Tensor<float> x = randn<float>({10 * kGlobalBatch, 6}, &g);
   const Tensor<int64_t> y = randint<int64_t>(0, 3, {10 * kGlobalBatch}, &g);
-  auto make = [](uint64_t seed) {
-    manual_seed(seed);
-    return nn::Sequential(nn::Linear(6, 16), nn::Tanh(), nn::Linear(16, 3));
-  };
   nn::Sequential ref = make(5);
   optim::Adam ref_opt(ref->parameters(), optim::AdamOptions(1e-2));
   nn::Sequential model = make(5 + uint64_t(pg->rank()));  // apart until DDP broadcasts rank 0's parameters
   model->to(here());
+  if (sync_batchnorm) CHECK(nn::convert_sync_batchnorm(*model.ptr(), pg) > 0);
   dist::DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 64.0 * 4 / (1 << 20)});  // 64 floats a bucket
   CHECK(ddp.bucket_count() >= 2);
   optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
@@ -139,11 +143,32 @@ TEST_CASE("nccl DDP: 10 Adam steps of an MLP on CUDA tensors equal single-proces
     nn::functional::cross_entropy(ddp.forward(mine), labels).backward();
     opt.step();
   }
-  const auto want = ref->parameters(), got = model->parameters();
-  REQUIRE(want.size() == got.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    const Tensor<float> w = want[i], h = got[i].cpu();
-    const double scale = std::max(1e-30f, max(abs(w)).item());
-    CHECK(max(abs(h - w)).item() / scale < 1e-5);
-  }
+  auto compare = [](const auto& want, const auto& got) {
+    REQUIRE(want.size() == got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const Tensor<float> w = want[i].second, h = got[i].second.cpu();
+      const double scale = std::max(1e-30f, max(abs(w)).item());
+      CHECK_MESSAGE(max(abs(h - w)).item() / scale < 1e-5, want[i].first);
+    }
+  };
+  compare(ref->named_parameters(), model->named_parameters());
+  compare(ref->named_buffers(), model->named_buffers());
+}
+}  // namespace
+
+TEST_CASE("nccl DDP: 10 Adam steps of an MLP on CUDA tensors equal single-process training on the CPU") {
+  check_ddp_equals_single_process([](uint64_t seed) {
+    manual_seed(seed);
+    return nn::Sequential(nn::Linear(6, 16), nn::Tanh(), nn::Linear(16, 3));
+  }, false);
+}
+
+TEST_CASE("nccl SyncBatchNorm: DDP of an MLP with batch norm on CUDA tensors equals single-process training") {
+  check_ddp_equals_single_process([](uint64_t seed) {
+    manual_seed(seed);
+    // (The first layer without a bias: batch norm takes the mean out, so that bias's gradient is rounding noise,
+    // which Adam would scale up to full steps that differ between any two ways of computing it.)
+    return nn::Sequential(nn::Linear(nn::LinearOptions(6, 16).bias(false)), nn::BatchNorm1d(16), nn::Tanh(),
+                          nn::Linear(16, 3));
+  }, true);
 }

@@ -3,7 +3,8 @@
 #   device_tests   tests/cuda_null/test_emulated_*.cpp, which run on any CUDA driver (in CI on the emulated one):
 #                  memory, the caching allocator, launches through the kernel cache, CUDA tensors, every op and
 #                  gradient of the CUDA path against the CPU (expressions, reductions, indexing, matmul through
-#                  cuBLAS, convolution, pooling, normalization, flex_attention, sdpa, MultiheadAttention);
+#                  cuBLAS, convolution, pooling, normalization, flex_attention, sdpa, MultiheadAttention), and the
+#                  NCCL backend's single-rank path (with the GPU machine's libnccl, skipped without one);
 #   gpu_bench      bench/gpu_bench.cpp (docs/performance.md's GPU figures);
 #   fashion_mnist, tiny_gpt   the examples, for a few hundred training steps on the GPU against the same steps on
 #                  the CPU; with their data in build-gpu/data (the first 19200 Fashion-MNIST training images, 300
@@ -23,7 +24,7 @@ flags=(-std=c++20 -O2 -march=x86-64-v2 -DHWY_COMPILE_ONLY_STATIC=1 -DKILN_WITH_C
        -I/usr/include/eigen3 -Wl,-rpath,'$ORIGIN/lib')
 # Each translation unit is its own job (they build side by side on every core).
 pids=()
-for src in tests/main.cpp tests/cuda_null/test_emulated_{device,autograd,indexing,matmul,nn,attention}.cpp; do
+for src in tests/main.cpp tests/cuda_null/test_emulated_{device,autograd,indexing,matmul,nn,attention,nccl}.cpp; do
   g++ "${flags[@]}" -c "$src" -o "$out/obj/$(basename "$src" .cpp).o" & pids+=($!)
 done
 g++ "${flags[@]}" bench/gpu_bench.cpp -o "$out/gpu_bench" -ldl -lhwy & pids+=($!)

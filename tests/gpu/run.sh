@@ -6,11 +6,11 @@
 # packages, nvidia-cublas).
 # Sized for the device tool's budget (about 15 minutes a session, machine start included): phases of at most 4,
 # 3 and 2 minutes (about 1 minute in all on an H200).
-#   1. side by side (the machine has 16 cores; timings here mean nothing): the six device test files, each its own
+#   1. side by side (the machine has 16 cores; timings here mean nothing): the seven device test files, each its own
 #      process; fashion_mnist and tiny_gpt on the GPU for 3 epochs of 300 batches and 200 steps
 #      (tests/gpu/cpu_reference.sh runs the same commands on the CPU, on the development machine); the kernel cache
 #      across two processes;
-#   2. alone: gpu_bench, then the two examples profiled (KILN_PROFILE, cuda/profile.hpp) for a few steps.
+#   2. alone: fashion_mnist --distributed over NCCL (one rank), gpu_bench, then the two examples profiled (KILN_PROFILE, cuda/profile.hpp) for a few steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-out}"
@@ -20,17 +20,22 @@ if [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ] && [ ! -e /usr/local/cuda/lib6
   wheel=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
   [ -n "$wheel" ] && export LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH"
 fi
+# NCCL (218 MB: not carried) from the machine's toolkit or Python packages; without it the NCCL cases skip.
+if [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
+  wheel=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$wheel" ] && export LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH"
+fi
 {
   date -u
   nvidia-smi || true
-  ls /usr/local/cuda/lib64 2>&1 | grep -E "nvrtc|cublas" || true
+  ls /usr/local/cuda/lib64 2>&1 | grep -E "nvrtc|cublas|nccl" || true
 } > "$out/nvidia-smi.txt" 2>&1
 # The tests and examples share one disk cache, so a kernel one of them compiled is loaded by the others.
 export KILN_CACHE_DIR=/tmp/kiln-gpu-cache
 summary="$out/summary.txt"
 : > "$summary"
 pids=()
-for file in device autograd indexing matmul nn attention; do
+for file in device autograd indexing matmul nn attention nccl; do
   (timeout 240 build-gpu/device_tests --source-file="*test_emulated_$file.cpp" --duration=true \
      > "$out/device_tests_$file.txt" 2>&1
    echo "device_tests $file: exit $?; $(grep -E '^\[doctest\] (test cases|assertions)' "$out/device_tests_$file.txt" | tr '\n' ' ')" \
@@ -58,6 +63,10 @@ cache_run() {
  echo "kernel cache: first run $first; second run $(cache_run 2)" >> "$summary"
  rm -rf "$out/kernel-cache" "$out/tiny_gpt_cache") & pids+=($!)
 for pid in "${pids[@]}"; do wait "$pid"; done
+# The example data-parallel over NCCL as a group of one (a machine with one GPU; the machine's libnccl).
+timeout 60 build-gpu/fashion_mnist --distributed --device cuda --data "$data/fashion-mnist" --epochs 1 \
+  --limit-batches 50 --quiet --out "$out/fashion_mnist_nccl" > "$out/fashion_mnist_nccl.txt" 2>&1
+echo "fashion_mnist --distributed --device cuda (NCCL, one rank): exit $?; $(tail -n 2 "$out/fashion_mnist_nccl.txt" | tr '\n' ' ')" >> "$summary"
 timeout 180 build-gpu/gpu_bench > "$out/gpu_bench.txt" 2>&1
 echo "gpu_bench: exit $?" >> "$summary"
 cat "$out/gpu_bench.txt" >> "$summary"

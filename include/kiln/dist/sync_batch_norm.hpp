@@ -16,20 +16,25 @@
 #include <memory>
 #include <vector>
 
+#include "kiln/dist/functional.hpp"
 #include "kiln/dist/init.hpp"
 #include "kiln/dist/process_group.hpp"
 #include "kiln/nn/normalization.hpp"
 
 namespace kiln::nn {
 
-// A ReplicaSum that all-reduces over `group`.
+// A ReplicaSum that all-reduces over `group`: host vectors through a tensor on the group's device, CUDA tensors
+// differentiably (dist::functional::all_reduce).
 inline functional::detail::ReplicaSum replica_sum_over(std::shared_ptr<dist::ProcessGroup> group) {
   check<std::invalid_argument>(bool(group), "SyncBatchNorm: the process group is null");
-  return [group](std::vector<double>& values) {
-    Tensor<double> t = tensor<double>(values);
+  auto host = [group](std::vector<double>& values) {
+    Tensor<double> t = tensor<double>(values).to(group->device());
     group->all_reduce(t);
-    std::copy(t.data_ptr(), t.data_ptr() + t.numel(), values.begin());
+    const Tensor<double> h = t.cpu();
+    std::copy(h.data_ptr(), h.data_ptr() + h.numel(), values.begin());
   };
+  auto device = [group](const Tensor<float>& t) { return dist::functional::all_reduce(t, group); };
+  return {host, device};
 }
 
 // Batch norm over inputs [N, C, ...] of any rank, synchronized over `group` (the default group by default).

@@ -75,14 +75,20 @@ struct BatchNormStats {
   double count = 0;               // values per channel they are over (all replicas' for a synchronized one)
 };
 
-// Synchronized batch norm (nn::SyncBatchNorm): sums a vector over the replicas, in place. Empty: this process only.
-using ReplicaSum = std::function<void(std::vector<double>&)>;
+// Synchronized batch norm (nn::SyncBatchNorm): how to sum over the replicas. `host` sums a vector in place (the
+// CPU path, whose node computes the statistics in host memory); `device` returns the sum over the replicas of a
+// CUDA tensor, recorded by autograd (the CUDA path, whose statistics are expressions). Empty: this process only.
+struct ReplicaSum {
+  std::function<void(std::vector<double>&)> host;
+  std::function<Tensor<float>(const Tensor<float>&)> device;
+  explicit operator bool() const { return bool(host); }
+};
 
 // `sums` followed by `extra`, summed over the replicas; extra's sum comes back in extra.
 inline void replica_sum(const ReplicaSum& reduce, std::vector<double>& sums, double* extra = nullptr) {
   if (!reduce) return;
   if (extra) sums.push_back(*extra);
-  reduce(sums);
+  reduce.host(sums);
   if (extra) {
     *extra = sums.back();
     sums.pop_back();
@@ -156,7 +162,7 @@ struct BatchNormBackward : autograd::Node {
       local_gx = sum_gx;
       std::vector<double> both = sum_g;
       both.insert(both.end(), sum_gx.begin(), sum_gx.end());
-      reduce_(both);
+      reduce_.host(both);
       sum_g.assign(both.begin(), both.begin() + l.c);
       sum_gx.assign(both.begin() + l.c, both.end());
     }

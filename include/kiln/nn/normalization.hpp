@@ -61,19 +61,36 @@ Tensor<T> batch_norm_training_on_device(const Tensor<T>& x, Tensor<T>& running_m
                                         const Tensor<T>& weight, const Tensor<T>& bias, double momentum, double eps,
                                         const ReplicaSum& replica_sum) {
   const int64_t c = x.size(1);
-  check<std::invalid_argument>(!replica_sum, "batch_norm: synchronized batch norm (SyncBatchNorm) of a CUDA tensor ",
-                               x.shape(), " is not supported yet");
   for (const Tensor<T>* t : {&weight, &bias})
     check<ShapeError>(!t->defined() || t->numel() == c, "batch_norm: weight and bias need ", c, " values, got shape ",
                       t->shape());
   Dims dims{0};
   for (int d = 2; d < x.dim(); ++d) dims.push_back(d);
-  const Tensor<T> mu = mean(x, dims, true);
-  const Tensor<T> var_ = biased_var(x, dims, mu);
+  double count = double(x.numel() / c);
+  Tensor<T> mu, var_;
+  if (!replica_sum) {
+    mu = mean(x, dims, true);
+    var_ = biased_var(x, dims, mu);
+  } else if constexpr (std::is_same_v<T, float>) {
+    // Over every replica's batch: the counts (no gradient), then the sums and the squared deviations, summed
+    // differentiably, so that backward sums their gradients over the replicas too.
+    check<std::invalid_argument>(bool(replica_sum.device), "batch_norm: this synchronized batch norm has no sum of "
+                                 "CUDA tensors over the replicas (set by nn::convert_sync_batchnorm)");
+    {
+      NoGradGuard no_grad;
+      count = double(replica_sum.device(full<float>({1}, float(count), x.device())).cpu().item());
+    }
+    check<std::invalid_argument>(count > 1, "batch_norm: expected more than 1 value per channel in training, got ",
+                                 count, " over all replicas (input ", x.shape(), " here)");
+    mu = replica_sum.device(sum(x, dims, true)) / float(count);
+    var_ = replica_sum.device(sum(square(x - mu), dims, true)) / float(count);
+  } else {
+    throw std::invalid_argument(kiln::detail::cat("batch_norm: synchronized batch norm of a ", dtype_name(scalar_type_of<T>()),
+                                                  " CUDA tensor (float only)"));
+  }
   const Tensor<T> y((x - mu) / sqrt(var_ + eps));
   if (running_mean.defined() && running_var.defined()) {
     NoGradGuard no_grad;
-    const double count = double(x.numel() / c);
     running_mean.copy_(running_mean * (1 - momentum) + mu.reshape({c}) * momentum);
     running_var.copy_(running_var * (1 - momentum) + var_.reshape({c}) * (momentum * count / (count - 1)));
   }
