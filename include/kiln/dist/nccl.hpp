@@ -114,13 +114,17 @@ struct NcclCommState : CommState {
   cuda::DeviceContext* context = nullptr;
   cuda::StreamId stream = 0;  // the group's own stream
 
-  // The communicator's pending error: kSuccess, kInProgress (the last call is still being enqueued) or a failure.
+  // The communicator's pending error: kSuccess, kInProgress (the last call is still being enqueued) or a failure
+  // (kInvalidUsage once the communicator is gone).
   nccl::Result async_error() {
+    if (!comm) return nccl::kInvalidUsage;
     nccl::Result r = nccl::kSuccess;
     const nccl::Result rc = nccl::Library::get().comm_get_async_error(comm, &r);
     return rc != nccl::kSuccess ? rc : r;
   }
-  std::string describe(nccl::Result r) { return nccl::Library::get().error(r, comm); }
+  std::string describe(nccl::Result r) {
+    return comm ? nccl::Library::get().error(r, comm) : "the communicator was destroyed or aborted";
+  }
 
  protected:
   void abort_communicator() override {
@@ -199,6 +203,7 @@ class NcclProcessGroup : public ProcessGroup {
     }
     if (r == nccl::kSuccess) lib.comm_destroy(state_->comm);
     else lib.comm_abort(state_->comm);
+    state_->comm = nullptr;  // (a Work that outlives the group then fails instead of touching it)
   }
 
   int rank() const override { return state_->rank; }
@@ -210,7 +215,7 @@ class NcclProcessGroup : public ProcessGroup {
   // The stream the collectives run on.
   cuda::CUDAStream stream() const { return cuda::CUDAStream(state_->context->index(), state_->stream); }
   [[noreturn]] void abort_job(int exit_code) override {
-    if (!state_->aborted && state_->comm) nccl::Library::get().comm_abort(state_->comm);
+    if (state_->comm) nccl::Library::get().comm_abort(state_->comm);
     std::_Exit(exit_code);
   }
 
