@@ -8,9 +8,10 @@
 //   - sum along the last dim of [16384, 16384] and softmax of it, by a warp per row and by a thread per row;
 //   - NVRTC's first compile of a kernel, and loading it again from the disk cache in a fresh cache object
 //     (target: a hit under 1 ms); the host time per launch of a small kernel (target under 10 us);
-//   - flex_attention's forward and backward (CUDA cores, float; tensor cores are not written yet), B = 1, H = 8,
-//     D = 64, L = 4096, dense and causal, TFLOP/s counting 4 L^2 D per head forward (dense; causal: half), and
-//     the materialized softmax(q k^T) v forward (cuBLAS, kiln's softmax) in the same run;
+//   - flex_attention's forward and backward (CUDA cores, float), B = 1, H = 8, D = 64, L = 4096, dense and causal,
+//     TFLOP/s counting 4 L^2 D per head forward (dense; causal: half), and the materialized softmax(q k^T) v forward
+//     (cuBLAS, kiln's softmax) in the same run; and bfloat16 (tensor cores) at D = 128, L = 8192, forward and
+//     forward + backward through the public API;
 //   - sgemm 4096 x 4096 x 4096 (float32, TF32 off) through kiln's matmul of CUDA tensors and through cublasSgemm
 //     called directly in the same run: kiln's overhead as a ratio (target under 5%).
 // Built with KILN_WITH_CUDA (tests/gpu/build.sh, bench/meson.build), so matmul of CUDA tensors runs on the device.
@@ -210,8 +211,8 @@ void flex() {
 }
 
 // Issue 6's GPU sizes through the public API: flex_attention of bf16 CUDA tensors, B = 1, H = 8, D = 128, L = 8192,
-// dense and causal (CUDA cores: the kernels have no tensor-core path yet), against the materialized
-// softmax(q k^T scale + mask) v (cuBLAS in bf16, kiln's softmax) in the same run.
+// dense and causal (tensor cores, attention/flex_cuda_mma.hpp), against the materialized softmax(q k^T scale + mask) v
+// (cuBLAS in bf16, kiln's softmax) in the same run; and the forward + backward (the backward counted as 2.5 forwards).
 void flex_bf16() {
   namespace at = kiln::attention;
   const int64_t B = 1, H = shrink(8, 1), L = shrink(8192, 256), D = 128;
@@ -230,8 +231,14 @@ void flex_bf16() {
       const Tensor<bfloat16> scores = matmul(q, kt) * scale + bias_bf16;
       (void)matmul(softmax(scores, -1), v);
     });
+    const Tensor<bfloat16> dout = make();
+    const double tfb = median_seconds(3, [&] {
+      const Tensor<bfloat16> qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
+      at::flex_attention(qg, kg, vg, at::NoScoreMod{}, bm).backward(dout);
+    });
     std::printf("flex_attention bf16 D=128 L=8192 H=8 %s forward: %.2f TFLOP/s (%.2f ms); materialized %.2f ms "
-                "(materialized time / flex time: %.2f)\n", causal ? "causal" : "dense", flops / tf / 1e12, tf * 1e3, tm * 1e3, tm / tf);
+                "(materialized time / flex time: %.2f); forward + backward %.2f TFLOP/s (%.2f ms)\n",
+                causal ? "causal" : "dense", flops / tf / 1e12, tf * 1e3, tm * 1e3, tm / tf, 3.5 * flops / tfb / 1e12, tfb * 1e3);
   };
   run(at::dense_block_mask(L, L), false);
   run(at::create_block_mask(at::causal(), 1, 1, L, L), true);

@@ -1,7 +1,8 @@
 #pragma once
 // The C++ that lets generated CUDA kernels compile for the host (used by the tests' host shim, host_shim.hpp, and
 // by the emulated device's NVRTC, emulated/nvrtc.cpp): what CUDA provides (blockIdx, threadIdx, __global__,
-// __shared__, __syncthreads, the math functions' float overloads, the bit casts, atomicAdd), and the host entry
+// __shared__, __syncthreads, __shfl_xor_sync, the math functions' float overloads, the bit casts, atomicAdd, and
+// the tensor cores' mma.sync for kiln/cuda/mma.hpp), and the host entry
 // point of a kernel, which runs every (block, thread) of a grid: one after another, or, for kernels that cooperate
 // within a block (shared memory and __syncthreads), each block as that many host threads meeting at a barrier over
 // one shared-memory array. Signed overflow must wrap (-fwrapv), as it does on the GPU. Plain C++: no kiln header.
@@ -13,6 +14,7 @@ inline constexpr const char* kHostShim = R"SHIM(#include <barrier>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -41,14 +43,53 @@ template <class T> inline T atomicAdd(T* p, T v) {
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline double __longlong_as_double(long long u) { double f; std::memcpy(&f, &u, 8); return f; }
-// A cooperating block: its threads, its barrier and its shared memory (one block runs at a time).
+// A cooperating block: its threads, its barrier and its shared memory (one block runs at a time), and its warps
+// (32 consecutive threads with a barrier of their own and room for what their lanes exchange).
 alignas(16) unsigned char kiln_smem[256 * 1024];
 static std::barrier<>* kiln_shim_block_barrier = nullptr;
 inline void __syncthreads() { kiln_shim_block_barrier->arrive_and_wait(); }
+struct kiln_shim_warp {
+  std::barrier<> barrier;
+  float value[32];
+  unsigned a[32][4], b[32][2];
+  explicit kiln_shim_warp(unsigned lanes) : barrier(lanes) {}
+};
+static std::vector<std::unique_ptr<kiln_shim_warp>> kiln_shim_warps;
+inline kiln_shim_warp& kiln_shim_my_warp() { return *kiln_shim_warps[threadIdx.x / 32]; }
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+  kiln_shim_warp& w = kiln_shim_my_warp();
+  const unsigned lane = threadIdx.x % 32;
+  w.value[lane] = v;
+  w.barrier.arrive_and_wait();
+  const float other = w.value[lane ^ unsigned(lane_mask)];
+  w.barrier.arrive_and_wait();
+  return other;
+}
+// mma.sync.aligned.m16n8k16.row.col with float accumulators (the fragment layouts of kiln/cuda/mma.hpp): the
+// lanes publish their fragments, then each computes its four elements of D in float, k in order.
+inline void kiln_shim_mma(float* c, const unsigned* a, const unsigned* b, float (*to_float)(unsigned short)) {
+  kiln_shim_warp& w = kiln_shim_my_warp();
+  const unsigned lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) w.a[lane][i] = a[i];
+  for (int i = 0; i < 2; ++i) w.b[lane][i] = b[i];
+  w.barrier.arrive_and_wait();
+  const auto half = [&](unsigned reg, unsigned k) { return to_float((unsigned short)(k % 2 ? reg >> 16 : reg & 0xffffu)); };
+  for (unsigned e = 0; e < 4; ++e) {
+    const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float sum = c[e];
+    for (unsigned k = 0; k < 16; ++k)
+      sum += half(w.a[(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k) * half(w.b[col * 4 + (k % 8) / 2][k / 8], k);
+    c[e] = sum;
+  }
+  w.barrier.arrive_and_wait();
+}
 template <class Kernel>
 void kiln_shim_run_blocks(unsigned grid, unsigned block, Kernel kernel) {
   gridDim = {grid, 1, 1};
   blockDim = {block, 1, 1};
+  kiln_shim_warps.clear();
+  for (unsigned w = 0; w < (block + 31) / 32; ++w)
+    kiln_shim_warps.push_back(std::make_unique<kiln_shim_warp>(block - 32 * w < 32 ? block - 32 * w : 32));
   for (unsigned b = 0; b < grid; ++b) {
     std::barrier<> barrier(block);
     kiln_shim_block_barrier = &barrier;

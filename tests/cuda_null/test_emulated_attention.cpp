@@ -1,8 +1,8 @@
 // flex_attention, scaled_dot_product_attention and nn::MultiheadAttention of CUDA tensors (attention/flex_device.hpp):
 // the same call on the CPU and on cuda:0, outputs, log-sum-exps and every gradient (q, k, v, captured tensors,
 // the module's parameters) compared, for the ready-made modifiers, GQA, lengths off the kernels' 64-row tiles,
-// captured tensors on the device and on the host, dropout, double and bfloat16; and the refusals. On the emulated
-// device in CI, on a GPU by tests/gpu/run.sh.
+// captured tensors on the device and on the host, dropout, double, bfloat16 and float16 (the forward on tensor cores
+// where the head dims allow); and the refusals. On the emulated device in CI, on a GPU by tests/gpu/run.sh.
 #include <doctest/doctest.h>
 
 #include <limits>
@@ -131,7 +131,7 @@ TEST_CASE("flex_attention of CUDA tensors: outputs, log-sum-exps and gradients a
                                          {.enable_gqa = true, .dropout_p = 0.5});
     }, kFloat, "causal + alibi, GQA, dropout 0.5");
   }
-  SUBCASE("double, and bfloat16") {
+  SUBCASE("double, bfloat16, and float16 and bfloat16 on tensor cores") {
     expect_same<double>(qkv<double>(1, 2, 1, 18, 20, 8, 4, 8), {}, [](const auto& x, const auto&) {
       return at::flex_attention_with_lse(x[0], x[1], x[2], at::soft_cap(3.0),
                                          at::create_block_mask(at::causal(), 1, 1, 18, 20, 16, 16), {.enable_gqa = true});
@@ -140,6 +140,16 @@ TEST_CASE("flex_attention of CUDA tensors: outputs, log-sum-exps and gradients a
     expect_same<bfloat16>(qkv<bfloat16>(1, 2, 2, 20, 20, 8, 8, 9), {}, [](const auto& x, const auto&) {
       return at::flex_attention_with_lse(x[0], x[1], x[2], at::alibi(2), at::create_block_mask(at::causal(), 1, 1, 20, 20));
     }, 2e-2, "bfloat16, causal + alibi");
+    // Head dims that are multiples of 16: the forward runs on tensor cores (mma.sync; P rounded to 16 bits before its
+    // product with V, so the gradients, which read the output, may differ by two steps).
+    expect_same<bfloat16>(qkv<bfloat16>(1, 4, 2, 70, 70, 32, 16, 23), {}, [](const auto& x, const auto&) {
+      return at::flex_attention_with_lse(x[0], x[1], x[2], at::alibi(4), at::create_block_mask(at::causal(), 1, 1, 70, 70),
+                                         {.enable_gqa = true});
+    }, 3e-2, "bfloat16 on tensor cores, causal + alibi, GQA");
+    expect_same<float16>(qkv<float16>(1, 2, 2, 40, 40, 16, 16, 24), {}, [](const auto& x, const auto&) {
+      manual_seed(7);
+      return at::flex_attention_with_lse(x[0], x[1], x[2], at::NoScoreMod{}, {.dropout_p = 0.3});
+    }, 1e-2, "float16 on tensor cores, dense, dropout 0.3");
   }
 }
 

@@ -1,7 +1,8 @@
 // flex_attention's generated CUDA kernels (attention/flex_cuda.hpp) without a GPU: run on the host shim (a thread per
 // CUDA thread, barriers for __syncthreads) against the CPU kernels (output, log-sum-exp, dq, dk, dv and captured
 // tensors' gradients) for the ready-made modifiers, GQA, lengths that are not multiples of the tiles, fully masked
-// rows, bfloat16 and double; and compiled by NVRTC for sm_80 and sm_90 without register spills at the tile shapes a
+// rows, bfloat16 and double, and the tensor-core kernels for bfloat16 and float16 (the shim emulating mma.sync's
+// fragments); and compiled by NVRTC for sm_80 and sm_90 without register spills at the tile shapes a
 // GPU would run.
 #include <doctest/doctest.h>
 
@@ -27,6 +28,28 @@ at::FlexKernelConfig small_config(int64_t D, int64_t Dv, const std::string& entr
   return {.D = D, .Dv = Dv, .block_q = 8, .block_kv = 8, .threads_per_row = 2, .entry = entry};
 }
 
+// The tensor-core forward's small tiles: two warps of 16 query rows, 16 keys a step (inside the block mask's 32 x 32).
+at::FlexKernelConfig mma_config(int64_t D, int64_t Dv, const std::string& entry) {
+  return {.D = D, .Dv = Dv, .block_q = 32, .block_kv = 16, .threads_per_row = 2, .entry = entry, .tensor_cores = true};
+}
+
+// How a problem runs: on which forward, and with q, k and v's rows `row_pad` elements apart beyond their length (the
+// tensor-core forward's copies are 16 bytes at a time only where every row starts 16-byte aligned).
+struct Variant {
+  bool tensor_cores = false;
+  int64_t row_pad = 0;
+};
+
+// A copy of t, a leaf of its own, whose rows lie `pad` elements apart beyond their length.
+template <Dtype T>
+Tensor<T> with_row_padding(const Tensor<T>& t, int64_t pad) {
+  const int64_t B = t.size(0), H = t.size(1), L = t.size(2), D = t.size(3), row = D + pad;
+  T* data = new T[size_t(B * H * L * row)]();
+  Tensor<T> copy = from_blob(data, t.shape(), {H * L * row, L * row, row, 1}, [](void* p) { delete[] static_cast<T*>(p); });
+  copy.copy_(t);
+  return copy;
+}
+
 // One attention problem: the four kernels run in order on the shim (forward, delta, backward, store_dq), each
 // output checked against flex_attention on the CPU with the same inputs, block mask and modifier.
 template <Dtype T>
@@ -45,13 +68,13 @@ struct Problem {
 template <Dtype T, class F, class M>
 void add_problem(ShimSuite& s, const std::string& label, Tensor<T> q, Tensor<T> k, Tensor<T> v,
                  std::vector<Tensor<float>> captured, const F& score_mod, const at::BlockMask<M>& bm, double tol,
-                 at::FlexOptions options = {}) {
+                 at::FlexOptions options = {}, Variant variant = {}) {
   using A = typename Problem<T>::A;
   auto p = std::make_shared<Problem<T>>();
   const int64_t B = q.size(0), Hq = q.size(1), Hkv = k.size(1), Lq = q.size(2), Lkv = k.size(2), D = q.size(3),
                 Dv = v.size(3);
   Generator g(uint64_t(label.size()) * 7919);
-  for (Tensor<T>* t : {&q, &k, &v}) *t = t->clone();  // (their gradients are this problem's alone)
+  for (Tensor<T>* t : {&q, &k, &v}) *t = with_row_padding(*t, variant.row_pad);  // (their gradients are this problem's alone)
   p->q = q;
   p->k = k;
   p->v = v;
@@ -92,7 +115,7 @@ void add_problem(ShimSuite& s, const std::string& label, Tensor<T> q, Tensor<T> 
   for (size_t i = 0; i < captured.size(); ++i)
     x.captured_grads.push_back({captured[i].impl_ptr().get(), p->captured_grads[i].data_ptr()});
 
-  const at::FlexKernelConfig cfg = small_config(D, Dv, s.entry("flex"));
+  const at::FlexKernelConfig cfg = variant.tensor_cores ? mma_config(D, Dv, s.entry("flex_mma")) : small_config(D, Dv, s.entry("flex"));
   const at::FlexKernels ks = at::flex_kernels<T>(score_mod, bm, cfg);
   const std::vector<uint64_t> words = at::flex_descriptor(ks, x, score_mod, bm, p->states.data(), cfg);
   for (const cuda::KernelSource* k : {&ks.forward, &ks.delta, &ks.backward, &ks.store_dq}) s.add_kernel(*k);
@@ -185,6 +208,25 @@ ShimSuite& problems() {
       add_problem(s, "bfloat16, causal + alibi", x[0], x[1], x[2], {}, at::alibi(2),
                   at::create_block_mask(at::causal(), 1, 1, 20, 20, 16, 16), 1e-2);
     }
+    {  // the tensor-core forward: bfloat16 and float16, two warps, lengths off the tiles, GQA, a captured bias with its
+       // gradient, rows with every key masked; 16-byte copies, and 16-bit ones where the rows are not aligned. P is
+       // rounded to 16 bits before its product with V, as in FlashAttention: outputs stay within a bfloat16 step of the
+       // CPU's, and the backward's sums with cancellation (dk, dq), which read that output, within two.
+      const auto x = qkv<bfloat16>(2, 4, 2, 45, 37, 16, 32, 11);
+      add_problem(s, "tensor cores, bfloat16, causal + alibi, GQA", x[0], x[1], x[2], {}, at::alibi(4),
+                  at::create_block_mask(at::causal(), 1, 1, 45, 37, 32, 32), 2e-2, {.enable_gqa = true}, {.tensor_cores = true});
+      add_problem(s, "tensor cores, bfloat16, dense, rows 3 elements apart", x[0], x[1], x[2], {}, at::NoScoreMod{},
+                  at::dense_block_mask(45, 37, 32, 32), 2e-2, {.enable_gqa = true}, {.tensor_cores = true, .row_pad = 3});
+      const auto y = qkv<float16>(1, 2, 2, 50, 50, 32, 16, 12);
+      Generator g(13);
+      const Tensor<float> table = randn<float>({2, 99}, &g);
+      const auto bias = at::captured(table);
+      auto mod = [=](auto sc, auto, auto h, auto q, auto kv) { return sc + bias(h, q - kv + 49.0); };
+      using namespace at::placeholders;
+      add_problem(s, "tensor cores, float16, sliding window + bias, masked rows", y[0], y[1], y[2], {table}, mod,
+                  at::create_block_mask(at::sliding_window(6) & (q_idx > 3.0), 1, 1, 50, 50, 32, 32), 5e-3, {},
+                  {.tensor_cores = true});
+    }
     return true;
   }();
   (void)filled;
@@ -195,7 +237,7 @@ ShimSuite& problems() {
 
 TEST_CASE("flex_attention's CUDA kernels, run on the host, give the CPU kernels' outputs and gradients") {
   ShimSuite& s = problems();
-  CHECK(s.runs() == 9 * 4);
+  CHECK(s.runs() == 12 * 4);
   s.run_all();
 }
 
@@ -216,7 +258,15 @@ TEST_CASE("flex_attention's CUDA kernels compile with NVRTC for sm_80 and sm_90 
     dropping.entry = gpu.entry("flexd");
     dropping.dropout = true;
     const auto kd = at::flex_kernels<bfloat16>(at::relative_position_bias(table, 2048), bm, dropping);
-    for (const auto* set : {&ks, &kf, &kd})
+    // The tensor-core forward (flex_device.hpp's tiles), bfloat16 with dropout and float16.
+    at::FlexKernelConfig mma = cfg;
+    mma.entry = gpu.entry("flext");
+    mma.tensor_cores = mma.dropout = true;
+    const auto kt = at::flex_kernels<bfloat16>(at::relative_position_bias(table, 2048), bm, mma);
+    mma.entry = gpu.entry("flexh");
+    mma.dropout = false;
+    const auto kh = at::flex_kernels<float16>(at::NoScoreMod{}, bm, mma);
+    for (const auto* set : {&ks, &kf, &kd, &kt, &kh})
       for (const cuda::KernelSource* k : {&set->forward, &set->delta, &set->backward, &set->store_dq}) {
         CHECK(k->shared_bytes <= at::kMaxSharedBytes);
         gpu.add_kernel(*k);
@@ -237,6 +287,13 @@ TEST_CASE("flex_attention's CUDA kernels: bad tiles and captured reads out of bo
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(at::flex_kernels<float>(at::NoScoreMod{}, bm, {.D = 256, .Dv = 256, .block_q = 128, .block_kv = 128, .threads_per_row = 2}),
                        doctest::Contains("bytes of shared memory"), std::invalid_argument);
+
+  CHECK_THROWS_WITH_AS(at::flex_kernels<float>(at::NoScoreMod{}, bm, {.D = 16, .Dv = 16, .block_q = 16, .block_kv = 16, .tensor_cores = true}),
+                       doctest::Contains("the tensor-core forward takes bfloat16 or float16 with D, Dv and the tiles "
+                                         "multiples of 16, not float32"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(at::flex_kernels<bfloat16>(at::NoScoreMod{}, bm, {.D = 24, .Dv = 16, .block_q = 16, .block_kv = 16, .tensor_cores = true}),
+                       doctest::Contains("with D = 24, Dv = 16, tiles 16 x 16"), std::invalid_argument);
 
   // A bias read past its table where the pair is live sets the error word; where masked, it does not.
   const Tensor<float> table = zeros<float>({1, 10});

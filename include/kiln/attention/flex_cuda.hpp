@@ -22,18 +22,22 @@
 // counters from the descriptor's seed and start: the same elements as attention/flex_cpu.hpp drops).
 //
 // The products run on CUDA cores (FMA from shared memory; a thread keeps its keys' dot products and its output
-// columns in registers, so each q element and probability is read once per thread), not yet tensor cores (mma /
-// wgmma for bfloat16): see docs/attention.md for the H200's figures. What is checked without one (tests/cuda_null/test_flex_kernels.cpp): every kernel
-// compiles through NVRTC for sm_80 and sm_90 without register spills, and the same source run on the host
-// (a thread per CUDA thread, barriers for __syncthreads) gives the CPU kernels' outputs and gradients.
+// columns in registers, so each q element and probability is read once per thread), but for bfloat16 and float16
+// with FlexKernelConfig::tensor_cores, whose forward and backward run on tensor cores (mma.sync,
+// attention/flex_cuda_mma.hpp). See docs/attention.md for the H200's figures. What is checked without one
+// (tests/cuda_null/test_flex_kernels.cpp): every kernel compiles through NVRTC for sm_80 and sm_90 without register
+// spills, and the same source run on the host (a thread per CUDA thread, barriers for __syncthreads, the warp's
+// lanes exchanging their fragments for mma.sync) gives the CPU kernels' outputs and gradients.
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kiln/attention/block_mask.hpp"
+#include "kiln/attention/flex_cuda_mma.hpp"
 #include "kiln/attention/modifier_cuda.hpp"
 #include "kiln/core/generator.hpp"
 #include "kiln/cuda/descriptor.hpp"
+#include "kiln/cuda/mma.hpp"
 
 namespace kiln::attention {
 
@@ -46,9 +50,13 @@ struct FlexKernelConfig {
   int threads_per_row = 4;   // threads sharing a query row (forward) or a key (backward)
   std::string entry = "kiln_flex";
   bool dropout = false;      // kernels that drop probabilities (FlexBuffers' dropout_p, seed and start)
+  // The forward and backward on tensor cores (attention/flex_cuda_mma.hpp): bfloat16 and float16 only, D, Dv and
+  // both tiles multiples of 16, a warp per 16 query rows (forward) or keys (backward), threads_per_row unused;
+  // sm_80 and later.
+  bool tensor_cores = false;
 
-  int forward_threads() const { return block_q * threads_per_row; }
-  int backward_threads() const { return block_kv * threads_per_row; }
+  int forward_threads() const { return tensor_cores ? block_q * 2 : block_q * threads_per_row; }
+  int backward_threads() const { return tensor_cores ? block_kv * 2 : block_kv * threads_per_row; }
 };
 
 // Dynamic shared memory available to one block on sm_90 (227 KiB; sm_80 has 163 KiB).
@@ -127,13 +135,13 @@ inline std::vector<cuda::detail::Field> fields(const std::vector<int>& captured_
 }
 
 inline cuda::KernelSource assemble(std::string entry, const std::vector<cuda::detail::Field>& f, const std::string& body,
-                                   int block_threads, size_t shared_bytes) {
+                                   int block_threads, size_t shared_bytes, std::string_view helpers = {}) {
   cuda::KernelSource k;
   k.entry = std::move(entry);
   k.variant = {false, 0, false};
   k.block_threads = block_threads;
   k.shared_bytes = shared_bytes;
-  cuda::detail::assemble(k, f, body);
+  cuda::detail::assemble(k, f, body, helpers);
   return k;
 }
 
@@ -206,6 +214,13 @@ inline std::string per_column(const std::string& n, const std::string& body, con
              indent, "  if (c < @", n, "@) ", body, "\n", indent, "}\n");
 }
 
+inline void check_shared_memory(const FlexKernels& ks, int64_t D, int64_t DV, int64_t BR, int64_t BC) {
+  for (const cuda::KernelSource* k : {&ks.forward, &ks.backward})
+    check<std::invalid_argument>(k->shared_bytes <= kMaxSharedBytes, "flex_attention (CUDA): ", k->entry, " needs ",
+                                 k->shared_bytes, " bytes of shared memory for D = ", D, ", Dv = ", DV, ", tiles ", BR,
+                                 " x ", BC, "; at most ", kMaxSharedBytes, " (choose smaller tiles)");
+}
+
 }  // namespace flex_cuda_detail
 
 // The four kernels for T tensors with these modifiers (score_mod as flex_attention takes it; the block mask's
@@ -224,6 +239,11 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
   check<std::invalid_argument>(cfg.forward_threads() <= 1024 && cfg.backward_threads() <= 1024,
                                "flex_attention (CUDA): ", cfg.forward_threads(), " and ", cfg.backward_threads(),
                                " threads per block; at most 1024");
+  check<std::invalid_argument>(!cfg.tensor_cores || (is_half_v<T> && cfg.D % 16 == 0 && cfg.Dv % 16 == 0 &&
+                                                      cfg.block_q % 16 == 0 && cfg.block_kv % 16 == 0),
+                               "flex_attention (CUDA): the tensor-core forward takes bfloat16 or float16 with D, Dv and "
+                               "the tiles multiples of 16, not ", dtype_name(scalar_type_of<T>()), " with D = ", cfg.D, ", Dv = ", cfg.Dv,
+                               ", tiles ", cfg.block_q, " x ", cfg.block_kv);
   const int64_t BR = cfg.block_q, BC = cfg.block_kv, TPR = cfg.threads_per_row, D = cfg.D, DV = cfg.Dv;
   // Rows padded by one element: threads of different rows read the same column from different banks.
   const int64_t QLD = D + 1, VLD = DV + 1, SLD = BC + 1;
@@ -239,7 +259,9 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
       // The backward with dropout: dV from the kept probabilities Pd, dS' = Pd dP - P delta.
       {"DS_PRIME", cfg.dropout ? "const A pd = kiln_dropout(p, b, h, qi, kv);\n            const A dsp = pd * dp - p * delta_s[i];"
                                : "const A dsp = p * (dp - delta_s[i]);"},
-      {"KEEP_PD", cfg.dropout ? "\n            p = pd;" : ""}};
+      {"KEEP_PD", cfg.dropout ? "\n            p = pd;" : ""},
+      // The tensor-core forward's 16-bit rows (padded by 8) and its mma and packing functions.
+      {"QLD16", cat(D + 8)}, {"VLD16", cat(DV + 8)}, {"MMA", mma_function<T>()}, {"PACK", pack_function<T>()}};
   // With dropout: p kept (scaled by 1 / (1 - p)) or dropped, by element ((b Hq + h) Lq + q) Lkv + kv's Philox word
   // (core/generator.hpp's philox4x32_10 of counter drop_start + e / 4, lane e % 4, its top 24 bits against the
   // Bernoulli threshold), the CPU's mask.
@@ -272,7 +294,7 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
 
   // Forward.
   FlexKernels ks;
-  const PairCode fwd_pair = pair_code(score_mod, bm.mask_mod, c, "          ");
+  const PairCode fwd_pair = pair_code(score_mod, bm.mask_mod, c, cfg.tensor_cores ? "            " : "          ");
   const SharedArrays fwd_shared = shared_arrays(
       {{"Qs", BR * QLD}, {"Ks", BC * QLD}, {"Vs", BC * VLD}, {"Ss", BR * SLD}, {"red_max", BR * TPR}, {"red_sum", BR * TPR}});
   const std::string fwd = fill(prologue + fwd_shared.declarations + R"(  const int kThreads = @BR@ * @TPR@, r = tid / @TPR@, t = tid % @TPR@;
@@ -355,7 +377,11 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
   ks.captured = int(c.captured_ranks.size());
   const auto f = fields(c.captured_ranks);
   const size_t a = sizeof(A);
-  ks.forward = assemble(cfg.entry + "_forward", f, fwd, cfg.forward_threads(), a * size_t(fwd_shared.elements));
+  if (cfg.tensor_cores)
+    ks.forward = assemble(cfg.entry + "_forward", f, fill(prologue + mma_forward_body(fwd_pair.code, fwd_pair.score.var), common),
+                          cfg.forward_threads(), 2 * size_t(BR * (D + 8) + BC * (D + 8) + BC * (DV + 8)), cuda::kMma);
+  else
+    ks.forward = assemble(cfg.entry + "_forward", f, fwd, cfg.forward_threads(), a * size_t(fwd_shared.elements));
 
   // delta and store_dq: grid-stride loops.
   ks.delta = assemble(cfg.entry + "_delta", f,
@@ -377,10 +403,22 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
   // Backward.
   c.vars = 0;
   c.captured_ranks.clear();
-  const PairCode bwd_pair = pair_code(score_mod, bm.mask_mod, c, "          ");
-  c.indent = "            ";
+  const PairCode bwd_pair = pair_code(score_mod, bm.mask_mod, c, cfg.tensor_cores ? "              " : "          ");
+  c.indent = cfg.tensor_cores ? "                " : "            ";
   cuda_mod::backward(score_mod, bwd_pair.score, "dsp", c);
   const std::string grad_code = c.body;
+  if (cfg.tensor_cores) {
+    const int64_t BRB = mma_backward_rows(D, DV, cfg.block_q);
+    std::vector<std::pair<std::string, std::string>> values = common;
+    values.insert(values.end(), {{"BRB", cat(BRB)}, {"SLD16", cat(BC + 8)}, {"TO16", round_function<T>()}});
+    ks.backward = assemble(cfg.entry + "_backward", f,
+                           fill(prologue + mma_backward_body(bwd_pair.code, bwd_pair.score.var, grad_code), values),
+                           cfg.backward_threads(),
+                           a * size_t(2 * BRB) + 2 * size_t(BC * (D + 8) + BC * (DV + 8) + BRB * (D + 8) + BRB * (DV + 8) + BRB * (BC + 8)),
+                           cuda::kMma);
+    check_shared_memory(ks, D, DV, BR, BC);
+    return ks;
+  }
   const SharedArrays bwd_shared = shared_arrays({{"Ks", BC * QLD}, {"Vs", BC * VLD}, {"Qs", BR * QLD}, {"dOs", BR * VLD},
                                                   {"Ps", BR * SLD}, {"dSs", BR * SLD}, {"lse_s", BR}, {"delta_s", BR}});
   const std::string bwd = fill(prologue + bwd_shared.declarations + R"(  const int kThreads = @BC@ * @TPR@, kc = tid / @TPR@, t = tid % @TPR@;
@@ -458,10 +496,7 @@ FlexKernels flex_kernels(const F& score_mod_fn, const BlockMask<M>& bm, const Fl
 )",
                                common);
   ks.backward = assemble(cfg.entry + "_backward", f, bwd, cfg.backward_threads(), a * size_t(bwd_shared.elements));
-  for (const cuda::KernelSource* k : {&ks.forward, &ks.backward})
-    check<std::invalid_argument>(k->shared_bytes <= kMaxSharedBytes, "flex_attention (CUDA): ", k->entry, " needs ",
-                                 k->shared_bytes, " bytes of shared memory for D = ", D, ", Dv = ", DV, ", tiles ", BR,
-                                 " x ", BC, "; at most ", kMaxSharedBytes, " (choose smaller tiles)");
+  check_shared_memory(ks, D, DV, BR, BC);
   return ks;
 }
 

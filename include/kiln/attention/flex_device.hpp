@@ -18,8 +18,10 @@ namespace kiln::attention::detail {
 // Tiles that the NVRTC tests compile without spills and within sm_80's shared memory (tests/cuda_null/
 // test_flex_kernels.cpp): 64 query rows x 64 keys for head dims up to 64, 64 x 32 up to 128, 32 x 32 up to 256; half
 // of each for double (twice the shared memory per element); and never more than the block mask's tiles, which the
-// kernel's must divide.
-inline FlexKernelConfig device_flex_config(int64_t D, int64_t Dv, size_t compute_bytes, const auto& bm, bool dropout) {
+// kernel's must divide. The forward runs on tensor cores where `mma` (16-bit tensors on sm_80 or later) and the
+// head dims are multiples of 16 up to 128 and the tiles come to at least 16 x 16.
+inline FlexKernelConfig device_flex_config(int64_t D, int64_t Dv, size_t compute_bytes, const auto& bm, bool dropout,
+                                           bool mma) {
   const int64_t widest = std::max(D, Dv);
   check<std::invalid_argument>(widest <= 256, "flex_attention: head dims D = ", D, ", Dv = ", Dv,
                                " on CUDA; the kernels take at most 256");
@@ -29,8 +31,10 @@ inline FlexKernelConfig device_flex_config(int64_t D, int64_t Dv, size_t compute
     while (block % tile != 0) tile /= 2;
     return int(tile);
   };
-  return {.D = D, .Dv = Dv, .block_q = dividing(bq, bm.q_block), .block_kv = dividing(bkv, bm.kv_block),
-          .threads_per_row = 4, .entry = "kiln_flex", .dropout = dropout};
+  const int block_q = dividing(bq, bm.q_block), block_kv = dividing(bkv, bm.kv_block);
+  const bool tensor_cores = mma && D % 16 == 0 && Dv % 16 == 0 && widest <= 128 && block_q % 16 == 0 && block_kv % 16 == 0;
+  return {.D = D, .Dv = Dv, .block_q = block_q, .block_kv = block_kv, .threads_per_row = 4, .entry = "kiln_flex",
+          .dropout = dropout, .tensor_cores = tensor_cores};
 }
 
 // The modifier as the kernels read it: every captured tensor on the attention's device. A host tensor that needs no
@@ -66,7 +70,7 @@ struct DeviceFlex {
              double scale, const flex::Dropout& dropout)
       : device(q.device()), score_mod(score_mod_on_device(mod, device)), bm(mask_on_device(mask, device)),
         context(cuda::DeviceContext::get(device.index())),
-        cfg(device_flex_config(q.size(3), v.size(3), sizeof(A), mask, dropout.active())),
+        cfg(device_flex_config(q.size(3), v.size(3), sizeof(A), mask, dropout.active(), is_half_v<T> && context.arch() >= 80)),
         kernels(flex_kernels<T>(score_mod, bm, cfg)),
         states(empty<bool>({int64_t(mask.state.size())}, device)), error(zeros<bool>({int64_t(sizeof(int))}, device)) {
     static_assert(sizeof(BlockState) == 1);

@@ -298,14 +298,16 @@ struct Field {
   size_t words;
 };
 
-// The complete program: prelude, the descriptor struct of `fields`, and the kernel `k.entry` around `loop`
-// (which reads the block as `d`).
-inline void assemble(KernelSource& k, const std::vector<Field>& fields, const std::string& loop) {
+// The complete program: prelude, `helpers` (more device functions, such as cuda/mma.hpp's), the descriptor struct of
+// `fields`, and the kernel `k.entry` around `loop` (which reads the block as `d`).
+inline void assemble(KernelSource& k, const std::vector<Field>& fields, const std::string& loop,
+                     std::string_view helpers = {}) {
   k.descriptor_bytes = 0;
   for (const Field& f : fields) k.descriptor_bytes += 8 * f.words;
   k.descriptor_by_pointer = k.descriptor_bytes > kMaxParameterBytes;
   const std::string desc = k.entry + "_desc";
   std::string s(kPrelude);
+  s += helpers;
   s += cat("struct ", desc, " {\n");
   for (const Field& f : fields)
     if (f.words > 0) s += "  " + f.decl + ";\n";
