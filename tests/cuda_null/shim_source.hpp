@@ -2,7 +2,7 @@
 // The C++ that lets generated CUDA kernels compile for the host (used by the tests' host shim, host_shim.hpp, and
 // by the emulated device's NVRTC, emulated/nvrtc.cpp): what CUDA provides (blockIdx, threadIdx, __global__,
 // __shared__, __syncthreads, __shfl_xor_sync, the math functions' float overloads, the bit casts, atomicAdd, and
-// the tensor cores' mma.sync for kiln/cuda/mma.hpp), and the host entry
+// the tensor cores' mma.sync and ldmatrix for kiln/cuda/mma.hpp), and the host entry
 // point of a kernel, which runs every (block, thread) of a grid: one after another, or, for kernels that cooperate
 // within a block (shared memory and __syncthreads), each block as that many host threads meeting at a barrier over
 // one shared-memory array. Signed overflow must wrap (-fwrapv), as it does on the GPU. Plain C++: no kiln header.
@@ -12,6 +12,7 @@ namespace kiln::test {
 
 inline constexpr const char* kHostShim = R"SHIM(#include <barrier>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -52,6 +53,7 @@ struct kiln_shim_warp {
   std::barrier<> barrier;
   float value[32];
   unsigned a[32][4], b[32][2];
+  const unsigned short* rows[32];
   explicit kiln_shim_warp(unsigned lanes) : barrier(lanes) {}
 };
 static std::vector<std::unique_ptr<kiln_shim_warp>> kiln_shim_warps;
@@ -80,6 +82,23 @@ inline void kiln_shim_mma(float* c, const unsigned* a, const unsigned* b, float 
     for (unsigned k = 0; k < 16; ++k)
       sum += half(w.a[(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k) * half(w.b[col * 4 + (k % 8) / 2][k / 8], k);
     c[e] = sum;
+  }
+  w.barrier.arrive_and_wait();
+}
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8j .. 8j + 7 give matrix j's rows (16-byte aligned, as the
+// GPU requires); lane 4g + t gets row g's (with trans, column g's) elements 2t and 2t + 1 of each matrix.
+inline void kiln_shim_ldmatrix(unsigned* r, const unsigned short* row, bool trans) {
+  kiln_shim_warp& w = kiln_shim_my_warp();
+  const unsigned lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  if (reinterpret_cast<unsigned long>(row) % 16 != 0) {
+    std::fprintf(stderr, "host shim: ldmatrix row address %p is not 16-byte aligned\n", static_cast<const void*>(row));
+    std::abort();
+  }
+  w.rows[lane] = row;
+  w.barrier.arrive_and_wait();
+  for (unsigned j = 0; j < 4; ++j) {
+    const unsigned short* const* m = w.rows + 8 * j;
+    r[j] = trans ? unsigned(m[2 * t][g]) | unsigned(m[2 * t + 1][g]) << 16 : unsigned(m[g][2 * t]) | unsigned(m[g][2 * t + 1]) << 16;
   }
   w.barrier.arrive_and_wait();
 }

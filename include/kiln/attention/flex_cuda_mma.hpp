@@ -23,15 +23,24 @@
 
 namespace kiln::attention::flex_cuda_detail {
 
-// acc[n] += A B_n^T for n < n_tiles: A the 16 x k_dim row-major tile at `a` (in shared memory, ld elements between
-// rows), B_n rows n * 8 .. n * 8 + 7 of the tile `b` (same ld): a warp's 16 rows times n_tiles * 8 rows, as Q K^T.
+// acc[n] += A B_n^T for n < rows / 8: A the warp's 16 x k_dim row-major tile at `a` (in shared memory, ld elements
+// between rows), B_n rows n * 8 .. n * 8 + 7 of the tile `b` (same ld): 16 rows times `rows` rows, as Q K^T.
 inline std::string rows_times_rows(const std::string& acc, const std::string& a, const std::string& b, const std::string& ld,
                                    const std::string& k_dim, const std::string& rows, const std::string& indent) {
   return "#pragma unroll\n" + indent + "for (int kk = 0; kk < " + k_dim + "; kk += 16) {\n" + indent + "  unsigned a[4];\n" +
-         indent + "  kiln_a_fragment(a, " + a + " + kk, " + ld + ", g, t);\n#pragma unroll\n" + indent +
-         "  for (int n = 0; n < " + rows + " / 8; ++n) {\n" + indent + "    unsigned bb[2];\n" + indent +
-         "    kiln_b_fragment_nk(bb, " + b + " + n * 8 * " + ld + " + kk, " + ld + ", g, t);\n" + indent + "    @MMA@(" +
-         acc + "[n], a, bb);\n" + indent + "  }\n" + indent + "}\n";
+         indent + "  kiln_a_fragment(a, " + a + " + kk, " + ld + ", lane);\n#pragma unroll\n" + indent +
+         "  for (int n = 0; n < " + rows + " / 8; n += 2) {\n" + indent + "    unsigned bb[4];\n" + indent +
+         "    kiln_b_fragments_nk(bb, " + b + " + n * 8 * " + ld + " + kk, " + ld + ", lane);\n" + indent + "    @MMA@(" +
+         acc + "[n], a, bb);\n" + indent + "    @MMA@(" + acc + "[n + 1], a, bb + 2);\n" + indent + "  }\n" + indent + "}\n";
+}
+
+// acc[n] += A B_n for n < cols / 8 (the 16 x cols product of A, 16 x 16 in registers, and the 16 x cols row-major tile
+// `b`, ld elements between rows), as P V.
+inline std::string times_rows(const std::string& acc, const std::string& a, const std::string& b, const std::string& ld,
+                              const std::string& cols, const std::string& indent) {
+  return "#pragma unroll\n" + indent + "for (int n = 0; n < " + cols + " / 8; n += 2) {\n" + indent + "  unsigned bb[4];\n" +
+         indent + "  kiln_b_fragments_kn(bb, " + b + " + n * 8, " + ld + ", lane);\n" + indent + "  @MMA@(" + acc + "[n], " +
+         a + ", bb);\n" + indent + "  @MMA@(" + acc + "[n + 1], " + a + ", bb + 2);\n" + indent + "}\n";
 }
 
 // The tensor-core kernels' copy of tiles into shared memory: rows first .. first + count - 1 of (b, head) of a
@@ -146,13 +155,7 @@ inline std::string mma_forward_body(const std::string& pair, const std::string& 
       for (int kk = 0; kk < @BC@ / 16; ++kk) {
         const unsigned a[4] = {@PACK@(s[2 * kk][0], s[2 * kk][1]), @PACK@(s[2 * kk][2], s[2 * kk][3]),
                                @PACK@(s[2 * kk + 1][0], s[2 * kk + 1][1]), @PACK@(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int n = 0; n < @DV@ / 8; ++n) {
-          unsigned bb[2];
-          kiln_b_fragment_kn(bb, Vs + kk * 16 * @VLD16@ + n * 8, @VLD16@, g, t);
-          @MMA@(o[n], a, bb);
-        }
-      }
+)" + times_rows("o", "a", "Vs + kk * 16 * @VLD16@", "@VLD16@", "@DV@", "        ") + R"(      }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -253,35 +256,26 @@ inline std::string mma_backward_body(const std::string& pair, const std::string&
                                   @PACK@(st[2 * kk + 1][0], st[2 * kk + 1][1]), @PACK@(st[2 * kk + 1][2], st[2 * kk + 1][3])};
           const unsigned sa[4] = {@PACK@(dpt[2 * kk][0], dpt[2 * kk][1]), @PACK@(dpt[2 * kk][2], dpt[2 * kk][3]),
                                   @PACK@(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]), @PACK@(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
-#pragma unroll
-          for (int n = 0; n < @DV@ / 8; ++n) {
-            unsigned bb[2];
-            kiln_b_fragment_kn(bb, dOs + kk * 16 * @VLD16@ + n * 8, @VLD16@, g, t);
-            @MMA@(dv[n], pa, bb);
-          }
-#pragma unroll
-          for (int n = 0; n < @D@ / 8; ++n) {
-            unsigned bb[2];
-            kiln_b_fragment_kn(bb, Qs + kk * 16 * @QLD16@ + n * 8, @QLD16@, g, t);
-            @MMA@(dk[n], sa, bb);
-          }
-        }
+)" + times_rows("dv", "pa", "dOs + kk * 16 * @VLD16@", "@VLD16@", "@DV@", "          ") +
+         times_rows("dk", "sa", "Qs + kk * 16 * @QLD16@", "@QLD16@", "@D@", "          ") + R"(        }
         __syncthreads();  // dS is whole
-        // dQ += dS K: the warps share the (16 rows, 8 columns) tiles of this dQ tile, each added into the accumulator.
-        for (int job = warp; job < @BRB@ / 16 * (@D@ / 8); job += @BC@ / 16) {
-          const int rb = job / (@D@ / 8), n = job % (@D@ / 8);
-          A acc[4] = {0, 0, 0, 0};
+        // dQ += dS K: the warps share the 16 x 16 tiles of this dQ tile, each added into the accumulator.
+        for (int job = warp; job < @BRB@ / 16 * (@D@ / 16); job += @BC@ / 16) {
+          const int rb = job / (@D@ / 16), c16 = job % (@D@ / 16);
+          A acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
           for (int kk = 0; kk < @BC@ / 16; ++kk) {
-            unsigned a[4], bb[2];
-            kiln_a_fragment(a, dSs + rb * 16 * @SLD16@ + kk * 16, @SLD16@, g, t);
-            kiln_b_fragment_kn(bb, Ks + kk * 16 * @QLD16@ + n * 8, @QLD16@, g, t);
-            @MMA@(acc, a, bb);
+            unsigned a[4], bb[4];
+            kiln_a_fragment(a, dSs + rb * 16 * @SLD16@ + kk * 16, @SLD16@, lane);
+            kiln_b_fragments_kn(bb, Ks + kk * 16 * @QLD16@ + c16 * 16, @QLD16@, lane);
+            @MMA@(acc[0], a, bb);
+            @MMA@(acc[1], a, bb + 2);
           }
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const long long qi = q0 + rb * 16 + g + 8 * (e / 2);
-            if (qi < d.Lq && acc[e] != (A)0) kiln_atomic_add(&((A*)d.dq_acc)[(rows + qi) * @D@ + n * 8 + 2 * t + e % 2], acc[e]);
+          for (int e = 0; e < 8; ++e) {
+            const long long qi = q0 + rb * 16 + g + 8 * (e % 4 / 2);
+            const A x = acc[e / 4][e % 4];
+            if (qi < d.Lq && x != (A)0) kiln_atomic_add(&((A*)d.dq_acc)[(rows + qi) * @D@ + c16 * 16 + e / 4 * 8 + 2 * t + e % 2], x);
           }
         }
       }
