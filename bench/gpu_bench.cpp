@@ -8,10 +8,11 @@
 //   - sum along the last dim of [16384, 16384] and softmax of it, by a warp per row and by a thread per row;
 //   - NVRTC's first compile of a kernel, and loading it again from the disk cache in a fresh cache object
 //     (target: a hit under 1 ms); the host time per launch of a small kernel (target under 10 us);
-//   - flex_attention's forward and backward (CUDA cores, float), B = 1, H = 8, D = 64, L = 4096, dense and causal,
-//     TFLOP/s counting 4 L^2 D per head forward (dense; causal: half), and the materialized softmax(q k^T) v forward
-//     (cuBLAS, kiln's softmax) in the same run; and bfloat16 (tensor cores) at D = 128, L = 8192, forward and
-//     forward + backward through the public API;
+//   - flex_attention's kernels launched directly, forward and backward, B = 1, H = 8, dense and causal, TFLOP/s
+//     counting 4 L^2 D per head forward (dense; causal: half): float on CUDA cores at D = 64, L = 4096 with the
+//     materialized softmax(q k^T) v forward (cuBLAS, kiln's softmax) in the same run, and bfloat16 at D = 128,
+//     L = 8192 on CUDA cores and on tensor cores; and bfloat16 through the public API at D = 128, L = 8192, forward
+//     and forward + backward, against the materialized forward;
 //   - sgemm 4096 x 4096 x 4096 (float32, TF32 off) through kiln's matmul of CUDA tensors and through cublasSgemm
 //     called directly in the same run: kiln's overhead as a ratio (target under 5%).
 // Built with KILN_WITH_CUDA (tests/gpu/build.sh, bench/meson.build), so matmul of CUDA tensors runs on the device.
@@ -149,33 +150,37 @@ void compile_and_launch_overhead() {
   std::printf("host time per launch of a 1024-element kernel (10000 launches): %.2f us\n", host);
 }
 
-void flex() {
+// flex_attention's kernels launched directly (as attention/flex_device.hpp would) on T tensors [1, H, L, D] with the
+// tile shape of `cfg`, dense and causal: forward and backward TFLOP/s, and, with `materialized`, the materialized
+// softmax(q k^T scale + mask) v forward (cuBLAS, kiln's softmax; an L x L score matrix per head) in the same run.
+template <Dtype T>
+void flex_direct(const char* name, int64_t L, kiln::attention::FlexKernelConfig cfg, bool materialized) {
   namespace at = kiln::attention;
-  const int64_t B = 1, H = shrink(8, 1), L = shrink(4096, 128), D = 64;
+  using A = typename at::FlexBuffers<T>::A;
+  const int64_t B = 1, H = shrink(8, 1), D = cfg.D;
   Generator g(1);
-  const Tensor<float> q = randn<float>({B, H, L, D}, &g).cuda(), k = randn<float>({B, H, L, D}, &g).cuda(),
-                      v = randn<float>({B, H, L, D}, &g).cuda(), dout = randn<float>({B, H, L, D}, &g).cuda();
-  const Tensor<float> out = zeros<float>({B, H, L, D}).cuda(), lse = zeros<float>({B, H, L}).cuda(),
-                      delta = zeros<float>({B, H, L}).cuda(), dq = zeros<float>({B, H, L, D}).cuda(),
-                      dk = zeros<float>({B, H, L, D}).cuda(), dv = zeros<float>({B, H, L, D}).cuda();
+  const auto input = [&] { return randn<float>({B, H, L, D}, &g).to<T>().cuda(); };
+  const Tensor<T> q = input(), k = input(), v = input(), dout = input(), out = zeros<T>({B, H, L, D}).cuda(),
+                  dq = zeros<T>({B, H, L, D}).cuda(), dk = zeros<T>({B, H, L, D}).cuda(), dv = zeros<T>({B, H, L, D}).cuda();
+  const Tensor<A> lse = zeros<A>({B, H, L}).cuda(), delta = zeros<A>({B, H, L}).cuda(), dq_acc = zeros<A>({B, H, L, D}).cuda();
   const Tensor<int> error = zeros<int>({1}).cuda();
+  const double scale = 1 / std::sqrt(double(D));
   for (const bool causal : {false, true}) {
     const auto run = [&](const auto& bm) {
       std::vector<uint8_t> states;
-      for (at::BlockState s : bm.state) states.push_back(uint8_t(s));
+      for (at::BlockState st : bm.state) states.push_back(uint8_t(st));
       const Tensor<int> dstates = zeros<int>({int64_t(states.size() + 3) / 4}).cuda();
       device().copy_to_device(on_device(dstates), states.data(), states.size());
-      at::FlexBuffers<float> x;
+      at::FlexBuffers<T> x;
       x.B = B, x.Hq = H, x.Hkv = H, x.Lq = L, x.Lkv = L;
-      const auto rows = [](const Tensor<float>& t) { return at::FlexBuffers<float>::Rows{on_device(t), t.stride(0), t.stride(1), t.stride(2)}; };
+      const auto rows = [](const Tensor<T>& t) { return typename at::FlexBuffers<T>::Rows{on_device(t), t.stride(0), t.stride(1), t.stride(2)}; };
       x.q = rows(q), x.k = rows(k), x.v = rows(v), x.dout = rows(dout);
-      x.out = on_device(out), x.lse = on_device(lse), x.delta = on_device(delta);
-      x.dq_acc = on_device(dq), x.dq = on_device(dq), x.dk = on_device(dk), x.dv = on_device(dv);
-      x.scale = 0.125;
+      x.out = on_device(out), x.lse = on_device(lse), x.delta = on_device(delta), x.dq_acc = on_device(dq_acc);
+      x.dq = on_device(dq), x.dk = on_device(dk), x.dv = on_device(dv);
+      x.scale = scale;
       x.error = on_device(error);
-      const at::FlexKernelConfig cfg{.D = D, .Dv = D, .block_q = 64, .block_kv = 64, .threads_per_row = 4,
-                                     .entry = causal ? "bench_flex_causal" : "bench_flex_dense"};
-      const at::FlexKernels ks = at::flex_kernels<float>(at::NoScoreMod{}, bm, cfg);
+      cfg.entry = std::string("bench_flex_") + (causal ? "causal_" : "dense_") + (cfg.tensor_cores ? "mma" : "cores");
+      const at::FlexKernels ks = at::flex_kernels<T>(at::NoScoreMod{}, bm, cfg);
       const auto words = at::flex_descriptor(ks, x, at::NoScoreMod{}, bm, on_device(dstates), cfg);
       const unsigned q_tiles = unsigned(B * H * L / cfg.block_q), kv_tiles = unsigned(B * H * L / cfg.block_kv);
       const double flops = 4.0 * double(B * H) * double(L) * double(L) * double(D) * (causal ? 0.5 : 1.0);
@@ -183,31 +188,40 @@ void flex() {
         device().launch(ks.forward, words, {.grid = q_tiles, .block = unsigned(cfg.forward_threads())});
       });
       const double tb = median_seconds(3, [&] {
-        device().fill_zero(on_device(dq), size_t(dq.numel()) * 4);
+        device().fill_zero(on_device(dq_acc), size_t(dq_acc.numel()) * sizeof(A));
         device().launch(ks.delta, words, {.grid = unsigned(std::max<int64_t>(1, B * H * L / 256)), .block = 256});
         device().launch(ks.backward, words, {.grid = kv_tiles, .block = unsigned(cfg.backward_threads())});
+        device().launch(ks.store_dq, words, {.grid = unsigned(std::max<int64_t>(1, B * H * L * D / 1024)), .block = 256});
       });
-      // The materialized path in the same run: softmax(q k^T scale + mask) v through cuBLAS and kiln's softmax
-      // kernel (an L x L score matrix per head), the causal mask an added -inf bias.
-      const Tensor<float> bias = [&] {
-        Tensor<float> m = zeros<float>({L, L});
-        if (causal)
-          for (int64_t i = 0; i < L; ++i) std::fill(m.data_ptr() + i * L + i + 1, m.data_ptr() + (i + 1) * L, -INFINITY);
-        return m.cuda();
-      }();
-      const Tensor<float> kt = k.transpose(2, 3);
-      const double tm = median_seconds(5, [&] {
-        const Tensor<float> scores = matmul(q, kt) * 0.125f + bias;
-        (void)matmul(softmax(scores, -1), v);
-      });
-      std::printf("flex_attention float D=64 L=4096 H=8 %s: forward %.2f TFLOP/s (%.2f ms), backward %.2f TFLOP/s (%.2f ms; "
-                  "2.5x the forward's FLOPs); materialized forward %.2f ms (materialized time / flex time: %.2f)\n",
-                  causal ? "causal" : "dense", flops / tf / 1e12, tf * 1e3, 2.5 * flops / tb / 1e12, tb * 1e3, tm * 1e3,
-                  tm / tf);
+      std::printf("flex_attention %s D=%lld L=%lld H=8 %s: forward %.2f TFLOP/s (%.2f ms), backward %.2f TFLOP/s "
+                  "(%.2f ms; 2.5x the forward's FLOPs)", name, (long long)D, (long long)L, causal ? "causal" : "dense",
+                  flops / tf / 1e12, tf * 1e3, 2.5 * flops / tb / 1e12, tb * 1e3);
+      if (materialized) {
+        const Tensor<T> bias = [&] {
+          Tensor<float> m = zeros<float>({L, L});
+          if (causal)
+            for (int64_t i = 0; i < L; ++i) std::fill(m.data_ptr() + i * L + i + 1, m.data_ptr() + (i + 1) * L, -INFINITY);
+          return m.to<T>().cuda();
+        }();
+        const Tensor<T> kt = k.transpose(2, 3);
+        const double tm = median_seconds(5, [&] { (void)matmul(softmax(matmul(q, kt) * scale + bias, -1), v); });
+        std::printf("; materialized forward %.2f ms (materialized time / flex time: %.2f)", tm * 1e3, tm / tf);
+      }
+      std::printf("\n");
     };
     if (causal) run(at::create_block_mask(at::causal(), 1, 1, L, L, 128, 128));
     else run(at::dense_block_mask(L, L, 128, 128));
   }
+}
+
+// float on CUDA cores at D = 64, L = 4096 against the materialized path; bfloat16 at issue 6's D = 128, L = 8192 on
+// CUDA cores and on tensor cores (the tiles flex_device.hpp picks for D = 128), the same kernels but for the products.
+void flex() {
+  flex_direct<float>("float", shrink(4096, 128), {.D = 64, .Dv = 64, .block_q = 64, .block_kv = 64, .threads_per_row = 4}, true);
+  for (const bool tensor_cores : {false, true})
+    flex_direct<bfloat16>(tensor_cores ? "bf16 tensor cores" : "bf16 CUDA cores", shrink(8192, 256),
+                          {.D = 128, .Dv = 128, .block_q = 64, .block_kv = 32, .threads_per_row = 4, .tensor_cores = tensor_cores},
+                          false);
 }
 
 // Issue 6's GPU sizes through the public API: flex_attention of bf16 CUDA tensors, B = 1, H = 8, D = 128, L = 8192,

@@ -14,7 +14,8 @@
 // Rounding P and dS to 16 bits before their products is FlashAttention's choice too: outputs stay within a 16-bit
 // step of the CPU's (which multiplies in float), gradients with cancellation within about two.
 //
-// Not yet done (needs a GPU to tune): ldmatrix loads, cp.async double buffering of the tiles, wgmma on sm_90.
+// Fragments come from shared memory by ldmatrix. Not yet done (needs a GPU to tune): cp.async double buffering of
+// the tiles, wgmma on sm_90.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -78,7 +79,9 @@ inline std::string mma_forward_body(const std::string& pair, const std::string& 
   unsigned short* const Vs = Ks + @BC@ * @QLD16@;
   const int kThreads = @BR@ * 2, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
 )" + load_rows_function() + R"(  for (long long tile = blockIdx.x; tile < d.B * d.Hq * d.q_tiles; tile += gridDim.x) {
-    const long long qt = tile % d.q_tiles, h = tile / d.q_tiles % d.Hq, b = tile / (d.q_tiles * d.Hq);
+    // The last query tiles first: under a causal mask they see the most keys, and the GPU starts blocks in order, so
+    // the light ones fill the tail of the launch.
+    const long long qt = d.q_tiles - 1 - tile % d.q_tiles, h = tile / d.q_tiles % d.Hq, b = tile / (d.q_tiles * d.Hq);
     const long long hk = h / (d.Hq / d.Hkv), q0 = qt * @BR@;
     const long long mask_row = ((d.mask_B == 1 ? 0 : b) * d.mask_H + (d.mask_H == 1 ? 0 : h)) * d.mask_q_blocks + q0 / d.mask_q_block;
     const A pb = (A)b, ph = (A)h;
