@@ -5,7 +5,9 @@
 // where the head dims allow); and the refusals. On the emulated device in CI, on a GPU by tests/gpu/run.sh.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "kiln/attention.hpp"
 #include "kiln/cuda.hpp"
@@ -151,6 +153,26 @@ TEST_CASE("flex_attention of CUDA tensors: outputs, log-sum-exps and gradients a
       return at::flex_attention_with_lse(x[0], x[1], x[2], at::NoScoreMod{}, {.dropout_p = 0.3});
     }, 1e-2, "float16 on tensor cores, dense, dropout 0.3");
   }
+}
+
+// Whether the driver is the emulated one, which runs each CUDA thread as a host thread.
+bool emulated() {
+  const char* d = std::getenv("KILN_CUDA_DRIVER_LIBRARY");
+  return d && std::string(d).find("emulated") != std::string::npos;
+}
+
+// The tensor-core kernels at the sizes they are for, many tiles in flight (skipped on the emulated device, where a
+// warp's mma takes two barriers of 32 host threads: minutes; tests/gpu/run.sh runs it on a GPU).
+TEST_CASE("flex_attention of bfloat16 CUDA tensors on tensor cores at L = 1000, as on the CPU" *
+          doctest::skip(!cuda::is_available() || emulated())) {
+  expect_same<bfloat16>(qkv<bfloat16>(2, 4, 2, 1000, 1000, 128, 128, 31), {}, [](const auto& x, const auto&) {
+    return at::flex_attention_with_lse(x[0], x[1], x[2], at::alibi(4), at::create_block_mask(at::causal(), 1, 1, 1000, 1000),
+                                       {.enable_gqa = true});
+  }, 3e-2, "bfloat16, D = 128, causal + alibi, GQA");
+  expect_same<bfloat16>(qkv<bfloat16>(1, 8, 8, 777, 1000, 64, 64, 32), {}, [](const auto& x, const auto&) {
+    return at::flex_attention_with_lse(x[0], x[1], x[2], at::NoScoreMod{},
+                                       at::create_block_mask(at::sliding_window(200), 1, 1, 777, 1000));
+  }, 3e-2, "bfloat16, D = 64, sliding window");
 }
 
 TEST_CASE("flex_attention of CUDA tensors refuses what its kernels cannot run, naming the op" * no_device()) {
