@@ -5,7 +5,6 @@
 // where the head dims allow); and the refusals. On the emulated device in CI, on a GPU by tests/gpu/run.sh.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -14,11 +13,13 @@
 #include "kiln/kiln.hpp"
 
 #include "compare.hpp"
+#include "device_kind.hpp"
 
 namespace test_cuda_emulated_attention {
 
 using namespace kiln;
 using kiln::test::expect_close;
+using kiln::test::emulated_driver;
 namespace at = kiln::attention;
 
 namespace {
@@ -155,16 +156,11 @@ TEST_CASE("flex_attention of CUDA tensors: outputs, log-sum-exps and gradients a
   }
 }
 
-// Whether the driver is the emulated one, which runs each CUDA thread as a host thread.
-bool emulated() {
-  const char* d = std::getenv("KILN_CUDA_DRIVER_LIBRARY");
-  return d && std::string(d).find("emulated") != std::string::npos;
-}
 
 // The tensor-core kernels at the sizes they are for, many tiles in flight (skipped on the emulated device, where a
 // warp's mma takes two barriers of 32 host threads: minutes; tests/gpu/run.sh runs it on a GPU).
 TEST_CASE("flex_attention of bfloat16 CUDA tensors on tensor cores at L = 1000, as on the CPU" *
-          doctest::skip(!cuda::is_available() || emulated())) {
+          doctest::skip(!cuda::is_available() || emulated_driver())) {
   expect_same<bfloat16>(qkv<bfloat16>(2, 4, 2, 1000, 1000, 128, 128, 31), {}, [](const auto& x, const auto&) {
     return at::flex_attention_with_lse(x[0], x[1], x[2], at::alibi(4), at::create_block_mask(at::causal(), 1, 1, 1000, 1000),
                                        {.enable_gqa = true});

@@ -5,7 +5,6 @@
 // for this executable); on a GPU with the real driver and NVRTC (tests/gpu/run.sh).
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <sstream>
@@ -18,12 +17,14 @@
 #include "kiln/linalg.hpp"
 
 #include "compare.hpp"
+#include "device_kind.hpp"
 
 // Each test file in its own namespace: the suite is built as unity files (tests/meson.build).
 namespace test_cuda_emulated_device {
 
 using namespace kiln;
 using kiln::test::expect_close;
+using kiln::test::emulated_driver;
 namespace at = kiln::attention;
 
 namespace {
@@ -40,11 +41,6 @@ cuda::DeviceContext& device() { return cuda::DeviceContext::get(0); }
 // Each case is skipped (and reported so) where there is no CUDA device, emulated or real.
 auto no_device() { return doctest::skip(!cuda::is_available()); }
 
-// Whether the driver is the emulated one (these tests also run on a GPU: tests/gpu).
-bool emulated() {
-  const char* d = std::getenv("KILN_CUDA_DRIVER_LIBRARY");
-  return d && std::string(d).find("emulated") != std::string::npos;
-}
 
 // A tensor's address on the device, for the kernels' descriptors (CPU code never reads a CUDA tensor's memory).
 template <Dtype T>
@@ -59,7 +55,7 @@ TEST_CASE("the device: the emulated one is one device of compute capability 9.0"
   CHECK(device().name() == "cuda:0");
   CHECK_THROWS_AS(cuda::DeviceContext::get(cuda::device_count()), std::out_of_range);
   MESSAGE("cuda:0 is sm_", device().arch(), " of ", cuda::device_count(), " devices, driver ", cuda::Driver::get().version());
-  if (emulated()) {
+  if (emulated_driver()) {
     CHECK(cuda::device_count() == 1);
     CHECK(device().arch() == 90);
   } else {
@@ -90,7 +86,7 @@ TEST_CASE("device memory: copies both ways, zero fill, the caching allocator's r
   CHECK(after.cache_hits - before.cache_hits >= 1);
 
   // A budget of 1 MiB: 2 MiB frees the cache, retries, then throws naming the device and the request.
-  if (!emulated()) return;  // (a GPU's memory is what it is)
+  if (!emulated_driver()) return;  // (a GPU's memory is what it is)
   ::setenv("KILN_EMULATED_DEVICE_BYTES", "1048576", 1);
   CHECK_THROWS_WITH_AS(alloc.allocate(size_t(2) << 20), doctest::Contains("out of memory on cuda:0: 2097152 bytes"),
                        OutOfMemoryError);
@@ -347,10 +343,10 @@ TEST_CASE("streams: a guard makes a pool stream current for launches, allocation
   const Device cuda0(kCUDA, 0);
   // The emulated driver and cuBLAS say what ran on each stream (on a GPU: -1 and the stream expected).
   const auto launches_on = [](const cuda::CUDAStream& s) {
-    return emulated() ? cuda::Driver::get().symbol<long long (*)(void*)>("kiln_emulated_launches_on")(s.stream()) : -1;
+    return emulated_driver() ? cuda::Driver::get().symbol<long long (*)(void*)>("kiln_emulated_launches_on")(s.stream()) : -1;
   };
   const auto last_gemm_stream = [](const cuda::CUDAStream& expected) {
-    return emulated() ? cuda::Cublas::get().symbol<void* (*)()>("kiln_emulated_cublas_last_stream")() : expected.stream();
+    return emulated_driver() ? cuda::Cublas::get().symbol<void* (*)()>("kiln_emulated_cublas_last_stream")() : expected.stream();
   };
   const cuda::CUDAStream main = cuda::getCurrentCUDAStream();
   CHECK(main == cuda::getDefaultCUDAStream());
@@ -370,7 +366,7 @@ TEST_CASE("streams: a guard makes a pool stream current for launches, allocation
     CHECK(last_gemm_stream(side) == side.stream());
   }
   CHECK(cuda::getCurrentCUDAStream() == main);
-  if (emulated()) {
+  if (emulated_driver()) {
     CHECK(launches_on(side) > on_side);
     CHECK(launches_on(main) == on_main);
   }

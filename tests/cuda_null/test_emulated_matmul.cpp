@@ -17,6 +17,7 @@
 #include "kiln/tensor/linalg.hpp"
 
 #include "compare.hpp"
+#include "device_kind.hpp"
 
 extern char** environ;
 
@@ -24,6 +25,7 @@ extern char** environ;
 namespace test_cuda_emulated_matmul {
 
 using namespace kiln;
+using kiln::test::emulated_cublas;
 using kiln::test::expect_close;
 using kiln::test::Relative;
 
@@ -32,14 +34,9 @@ namespace {
 // Each case is skipped (and reported so) where there is no CUDA device, emulated or real.
 auto no_device() { return doctest::skip(!cuda::is_available()); }
 
-// Whether the libraries are the emulated ones (these tests also run on a GPU: tests/gpu).
-bool emulated() {
-  const char* d = std::getenv("KILN_CUBLAS_LIBRARY");
-  return d && std::string(d).find("emulated") != std::string::npos;
-}
 
 // The emulated cuBLAS's record of its last GEMM call ("cublasSgemmStridedBatched(T, N, m=..., math=0)") and its
-// count of calls; only where emulated().
+// count of calls; only where emulated_cublas().
 std::string last_call() {
   using Fn = const char* (*)();
   return cuda::Cublas::get().symbol<Fn>("kiln_emulated_cublas_last_call")();
@@ -89,11 +86,11 @@ void products_equal_the_cpus() {
   expect_product(matmul(y[0].t().cuda(), z.transpose(1, 2).cuda()), matmul(y[0].t(), z.transpose(1, 2)),
                  "matmul [7, 6] x [3, 6, 5]");
   expect_product(bmm(z.cuda(), y.cuda()), bmm(z, y), "bmm");
-  const long before = emulated() ? gemm_calls() : 0;
+  const long before = emulated_cublas() ? gemm_calls() : 0;
   expect_product(matmul(q.cuda(), y.cuda().unsqueeze(0).expand({2, 3, 6, 7})), matmul(q, y),
                  "matmul [2, 3, 5, 6] x [3, 6, 7] expanded");
   expect_product(matmul(q.cuda(), y.cuda()), matmul(q, y), "matmul [2, 3, 5, 6] x [3, 6, 7]");
-  if (emulated()) CHECK(gemm_calls() - before == 4);  // two batches of 3, each
+  if (emulated_cublas()) CHECK(gemm_calls() - before == 4);  // two batches of 3, each
   // An expression operand is evaluated on the device first.
   if constexpr (!is_half_v<T>) expect_product(matmul(ca * T(2), cb), matmul(Tensor<T>(a * T(2)), b), "matmul of an expression");
 }
@@ -105,7 +102,7 @@ TEST_CASE("cuBLAS: mm, matmul (1-d, 2-d, batched, broadcast), bmm, mv, dot of CU
   SUBCASE("float64") { products_equal_the_cpus<double>(); }
   SUBCASE("bfloat16 (cublasGemmStridedBatchedEx, float compute)") {
     products_equal_the_cpus<bfloat16>();
-    if (emulated()) CHECK(last_call().find("cublasGemmStridedBatchedEx") == 0);
+    if (emulated_cublas()) CHECK(last_call().find("cublasGemmStridedBatchedEx") == 0);
   }
   SUBCASE("float16") { products_equal_the_cpus<float16>(); }
 }
@@ -119,7 +116,7 @@ TEST_CASE("cuBLAS: transposed and sliced operands go without a copy, others are 
     const int64_t before = allocations();
     const Tensor<float> c = matmul(x, y);
     CHECK_MESSAGE(allocations() - before == want_allocations, what);
-    if (emulated()) CHECK_MESSAGE(last_call().find(ops) != std::string::npos, what, ": ", last_call());
+    if (emulated_cublas()) CHECK_MESSAGE(last_call().find(ops) != std::string::npos, what, ": ", last_call());
     expect_product(c, matmul(hx, hy), what);
   };
   // cuBLAS computes c^T = b^T a^T: its first operand is b (op N for a row-major b), its second a.
@@ -205,13 +202,13 @@ TEST_CASE("cuBLAS: the TF32 switch (torch.backends.cuda.matmul.allow_tf32) reach
   cuda::matmul_allow_tf32(true);
   CHECK(cuda::matmul_allows_tf32());
   const Tensor<float> tf32 = matmul(ca, cb);
-  if (emulated()) CHECK(last_call().find("math=3") != std::string::npos);  // CUBLAS_TF32_TENSOR_OP_MATH
+  if (emulated_cublas()) CHECK(last_call().find("math=3") != std::string::npos);  // CUBLAS_TF32_TENSOR_OP_MATH
   // TF32 keeps 10 bits of each factor's mantissa: a product's error follows its terms' sizes, not its own.
   expect_close(tf32.cpu(), want, 2e-3, "TF32 product", Relative::kLargest);
   cuda::matmul_allow_tf32(false);
   const Tensor<float> full_precision = matmul(ca, cb);
   expect_product(full_precision, want, "after switching TF32 off");
-  if (emulated()) CHECK(last_call().find("math=0") != std::string::npos);  // CUBLAS_DEFAULT_MATH
+  if (emulated_cublas()) CHECK(last_call().find("math=0") != std::string::npos);  // CUBLAS_DEFAULT_MATH
   else CHECK(kiln::test::values_of(tf32) != kiln::test::values_of(full_precision));  // a GPU's tensor cores did round
 }
 
