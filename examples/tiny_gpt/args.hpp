@@ -14,6 +14,7 @@ struct Args {
   std::string data_dir = "/usr/share/games/fortunes";
   std::string out_dir = "tiny_gpt_out";  // checkpoint.safetensors
   std::string device = "cpu";  // --device cpu|cuda|cuda:N
+  std::string amp;  // --amp bf16|fp16: the forward and the loss under autocast; fp16 with a GradScaler ("": float)
   int64_t steps = 2000, batch_size = 32, block = 128, layers = 4, heads = 4, embed = 128;
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0, dropout = 0.1;
   int64_t warmup = 100, eval_every = 250, eval_batches = 20;
@@ -30,11 +31,14 @@ inline constexpr const char* kUsage =
     "                [--lr X] [--warmup N] [--weight-decay X] [--clip X] [--dropout X] [--eval-every N]\n"
     "                [--eval-batches N] [--threads N] [--seed N] [--data DIR] [--out DIR] [--resume] [--quiet]\n"
     "                [--prompt TEXT] [--sample-chars N] [--temperature X] [--top-k N] [--device cpu|cuda[:N]]\n"
+    "                [--amp bf16|fp16]\n"
     "Trains a character-level GPT on Debian's fortunes package (/usr/share/games/fortunes) with AdamW, a\n"
     "linear warmup then cosine learning rate, gradient clipping, a validation loss every --eval-every steps\n"
     "(and a checkpoint, OUT/checkpoint.safetensors), then samples text from --prompt. --steps 0 with --resume\n"
     "only samples from the checkpoint. --device cuda trains on a GPU (the program loads the CUDA driver, NVRTC\n"
-    "and cuBLAS at run time).\n";
+    "and cuBLAS at run time). --amp runs the forward pass and the loss under autocast (linear layers and\n"
+    "attention in bfloat16 or float16, on a GPU the attention on tensor cores; the rest in float); fp16 adds a\n"
+    "GradScaler, the gradients unscaled before clipping. On a CPU it costs time (docs/amp.md).\n";
 
 inline Args parse_args(int argc, char** argv) {
   Args a;
@@ -64,6 +68,10 @@ inline Args parse_args(int argc, char** argv) {
     else if (flag == "--temperature") a.temperature = f.real(1e-3, 100);
     else if (flag == "--top-k") a.top_k = f.number<int64_t>(0);
     else if (flag == "--device") a.device = device_flag(f.value());
+    else if (flag == "--amp") {
+      a.amp = f.value();
+      if (a.amp != "bf16" && a.amp != "fp16") throw ArgsError("--amp expects bf16 or fp16, got \"" + a.amp + "\"");
+    }
     else f.unknown();
   }
   if (a.embed % a.heads != 0)

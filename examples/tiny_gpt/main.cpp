@@ -22,9 +22,15 @@
 namespace tiny_gpt {
 
 
+// Autocast for --amp on the training device (a guard that changes nothing without it).
+AutocastGuard amp_scope(const Args& a, Device device) {
+  return AutocastGuard(device.type(), a.amp == "fp16" ? kHalf : kBFloat16, !a.amp.empty());
+}
+
 // The mean loss over the same `batches` validation windows at every evaluation (a fixed generator).
 double validation_loss(GPT& model, const Corpus& corpus, const Args& a) {
   NoGradGuard no_grad;
+  const AutocastGuard amp = amp_scope(a, model->parameters().front().device());
   model->eval();
   Generator gen(12345);
   double total = 0;
@@ -124,16 +130,23 @@ int run(const Args& a) {
               (long long)a.embed, (long long)params);
   if (start == 0 && a.steps > 0) std::printf("step 0: validation loss %.4f\n", validation_loss(model, corpus, a));
 
+  GradScaler scaler(GradScalerOptions{.enabled = a.amp == "fp16"});
   Progress bar(a.steps, !a.quiet);
   bar.restart(start + 1);
   int64_t tokens = 0;
   for (int64_t step = start + 1; step <= a.steps; ++step) {
     const Batch b = sample_batch(corpus.train, a.batch_size, a.block, batches, device);
     opt.zero_grad();
-    Tensor<float> loss = next_token_loss(model, b.x, b.y);
-    loss.backward();
+    Tensor<float> loss;
+    {
+      const AutocastGuard amp = amp_scope(a, device);
+      loss = next_token_loss(model, b.x, b.y);
+    }
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt);  // (clipping reads the true gradients)
     optim::clip_grad_norm_(model->parameters(), a.clip);
-    opt.step();
+    scaler.step(opt);
+    scaler.update();
     schedule.step();
     tokens += b.x.numel();
     bar.update(step, loss.item(), opt.param_groups()[0].options.lr(), tokens);

@@ -294,6 +294,16 @@ TEST_CASE("flex_attention's CUDA kernels: bad tiles and captured reads out of bo
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(at::flex_kernels<bfloat16>(at::NoScoreMod{}, bm, {.D = 24, .Dv = 16, .block_q = 16, .block_kv = 16, .tensor_cores = true}),
                        doctest::Contains("with D = 24, Dv = 16, tiles 16 x 16"), std::invalid_argument);
+  {  // An output that the tensor-core kernels could not store in pairs.
+    const at::FlexKernelConfig mma{.D = 16, .Dv = 16, .block_q = 16, .block_kv = 16, .tensor_cores = true};
+    const auto kt = at::flex_kernels<bfloat16>(at::NoScoreMod{}, bm, mma);
+    at::FlexBuffers<bfloat16> odd;
+    odd.B = 1, odd.Hq = 1, odd.Hkv = 1, odd.Lq = 20, odd.Lkv = 20;
+    std::vector<bfloat16> storage(2 * 20 * 16 + 1);
+    odd.out = storage.data() + 1;
+    CHECK_THROWS_WITH_AS(at::flex_descriptor(kt, odd, at::NoScoreMod{}, bm, bm.state.data(), mma),
+                         doctest::Contains("the tensor-core kernels need out, dk and dv 4-byte aligned"), std::invalid_argument);
+  }
 
   // A bias read past its table where the pair is live sets the error word; where masked, it does not.
   const Tensor<float> table = zeros<float>({1, 10});

@@ -8,8 +8,8 @@
 # 3 and 2 minutes (about 1 minute in all on an H200).
 #   1. side by side (the machine has 16 cores; timings here mean nothing): the seven device test files, each its own
 #      process; fashion_mnist and tiny_gpt on the GPU for 3 epochs of 300 batches and 200 steps
-#      (tests/gpu/cpu_reference.sh runs the same commands on the CPU, on the development machine); the kernel cache
-#      across two processes;
+#      (tests/gpu/cpu_reference.sh runs the same commands on the CPU, on the development machine), then tiny_gpt's
+#      200 steps again under bfloat16 autocast (its attention on tensor cores); the kernel cache across two processes;
 #   2. alone: fashion_mnist --distributed over NCCL (one rank), gpu_bench, then the two examples profiled (KILN_PROFILE, cuda/profile.hpp) for a few steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,6 +58,10 @@ cache_run() {
 (timeout 180 build-gpu/tiny_gpt --device cuda --data "$data/fortunes" --steps 200 --eval-every 100 --quiet \
    --sample-chars 200 --out "$out/tiny_gpt_cuda" > "$out/tiny_gpt_cuda.txt" 2>&1
  echo "tiny_gpt --device cuda: exit $?; $(grep 'validation loss' "$out/tiny_gpt_cuda.txt" | tr '\n' ' ')" >> "$summary"
+ # The same 200 steps under bfloat16 autocast: the attention on tensor cores (attention/flex_cuda_mma.hpp).
+ timeout 120 build-gpu/tiny_gpt --device cuda --amp bf16 --data "$data/fortunes" --steps 200 --eval-every 100 --quiet \
+   --sample-chars 200 --out "$out/tiny_gpt_amp" > "$out/tiny_gpt_amp.txt" 2>&1
+ echo "tiny_gpt --device cuda --amp bf16: exit $?; $(grep 'validation loss' "$out/tiny_gpt_amp.txt" | tr '\n' ' ')" >> "$summary"
  rm -rf "$out/kernel-cache"
  first=$(cache_run 1)
  echo "kernel cache: first run $first; second run $(cache_run 2)" >> "$summary"

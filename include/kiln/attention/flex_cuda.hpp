@@ -535,6 +535,11 @@ std::vector<uint64_t> flex_descriptor(const FlexKernels& ks, const FlexBuffers<T
   for (const void* p : {static_cast<const void*>(x.dlse), static_cast<const void*>(x.delta), static_cast<const void*>(x.dq_acc),
                         static_cast<const void*>(x.dq), static_cast<const void*>(x.dk), static_cast<const void*>(x.dv)})
     w.push_back(word_of(p));
+  // The tensor-core kernels store out, dk and dv as pairs of 16-bit elements.
+  for (const void* p : {static_cast<const void*>(x.out), static_cast<const void*>(x.dk), static_cast<const void*>(x.dv)})
+    check<std::invalid_argument>(!cfg.tensor_cores || reinterpret_cast<uintptr_t>(p) % 4 == 0,
+                                 "flex_attention (CUDA): the tensor-core kernels need out, dk and dv 4-byte aligned; ", p,
+                                 " is not");
   check<std::invalid_argument>(cfg.dropout == (x.dropout_p > 0), "flex_attention (CUDA): dropout_p = ", x.dropout_p,
                                " with kernels generated ", cfg.dropout ? "with" : "without", " dropout");
   w.push_back(word_of(x.dropout_p > 0 ? 1 / (1 - x.dropout_p) : 1.0));
