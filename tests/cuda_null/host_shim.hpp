@@ -38,13 +38,9 @@ class HostShim {
     dir_ = std::filesystem::temp_directory_path() / kiln::detail::cat("kiln-host-shim-", ::getpid(), "-", this);
     std::filesystem::create_directories(dir_);
     const auto src = dir_ / "kernels.cpp", lib = dir_ / "kernels.so", log = dir_ / "compile.log";
-    std::ofstream(src) << kHostShim << source_;
-    const char* cxx = std::getenv("CXX");
-    const std::string command = kiln::detail::cat(cxx && *cxx ? cxx : "c++", " -std=c++20 -O1 -fwrapv -shared -fPIC -pthread -w ",
-                                                  src, " -o ", lib, " >", log, " 2>&1");
-    if (std::system(command.c_str()) != 0) {
+    if (!compile_with_shim(source_, src, lib, log)) {
       std::ifstream in(log);
-      throw std::runtime_error("host shim: " + command + " failed:\n" +
+      throw std::runtime_error("host shim: compiling " + src.string() + " failed:\n" +
                                std::string(std::istreambuf_iterator<char>(in), {}));
     }
     handle_ = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -49,22 +48,18 @@ int compile(Program& p) {
                                                 std::to_string(reinterpret_cast<uintptr_t>(&p)));
   std::filesystem::create_directories(dir);
   const auto src = dir / "program.cpp", lib = dir / "program.so", log = dir / "log.txt";
-  std::ofstream(src) << kiln::test::kHostShim << p.source << "\n" << entries(p.source);
-  const char* cxx = std::getenv("CXX");
-  const std::string command = std::string(cxx && *cxx ? cxx : "c++") + " -std=c++20 -O1 -fwrapv -shared -fPIC -pthread -w " +
-                              src.string() + " -o " + lib.string() + " >" + log.string() + " 2>&1";
-  const int status = std::system(command.c_str());
+  const bool compiled = kiln::test::compile_with_shim(p.source + "\n" + entries(p.source), src, lib, log);
   std::stringstream text;
   text << std::ifstream(log).rdbuf();
   p.log = text.str();
-  if (status == 0) {
+  if (compiled) {
     std::stringstream bytes;
     bytes << std::ifstream(lib, std::ios::binary).rdbuf();
     p.image = kiln::emulated::wrap_image(bytes.str());
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  return status == 0 ? kSuccess : kCompilationError;
+  return compiled ? kSuccess : kCompilationError;
 }
 
 int copy_out(const std::string& s, char* out) {
