@@ -3,12 +3,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "../amp_flag.hpp"
 #include "../command_line.hpp"
 #include "../device_flag.hpp"
 
 namespace fashion_mnist {
 
 using command_line::ArgsError;
+using command_line::amp_flag;
 using command_line::device_flag;
 
 struct Args {
@@ -68,10 +70,7 @@ inline Args parse_args(int argc, char** argv) {
     else if (flag == "--quiet") a.quiet = true;
     else if (flag == "--distributed") a.distributed = true;
     else if (flag == "--device") a.device = device_flag(f.value());
-    else if (flag == "--amp") {
-      a.amp = f.value();
-      if (a.amp != "bf16" && a.amp != "fp16") throw ArgsError("--amp expects bf16 or fp16, got \"" + a.amp + "\"");
-    }
+    else if (flag == "--amp") a.amp = amp_flag(f.value());
     else if (flag == "--export-png") {
       a.export_png_dir = f.value();
       a.export_png_count = f.number<int64_t>(1);

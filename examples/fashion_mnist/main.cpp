@@ -52,14 +52,9 @@ int64_t correct(const Tensor<float>& logits, const Tensor<int64_t>& labels) {
   return sum(argmax(logits, 1) == labels).item();
 }
 
-// Autocast for --amp on the training device (a guard that changes nothing without it).
-AutocastGuard amp_scope(const Args& args, Device device) {
-  return AutocastGuard(device.type(), args.amp == "fp16" ? kHalf : kBFloat16, !args.amp.empty());
-}
-
 double evaluate(nn::Sequential& net, const Split& test, const Args& args, Device device) {
   NoGradGuard no_grad;
-  const AutocastGuard amp = amp_scope(args, device);
+  const AutocastGuard amp = command_line::amp_scope(args.amp, device);
   net->eval();
   int64_t right = 0;
   constexpr int64_t kBatch = 1000;
@@ -175,7 +170,7 @@ int run(const Args& args) {
       Tensor<float> logits, loss;
       const Tensor<int64_t> target = batch.target.to(device);
       {
-        const AutocastGuard amp = amp_scope(args, device);
+        const AutocastGuard amp = command_line::amp_scope(args.amp, device);
         logits = replicas.forward(batch.data.to(device));
         loss = F::cross_entropy(logits, target);
       }

@@ -2,12 +2,14 @@
 // Command-line options of tiny_gpt; a bad argument throws command_line::ArgsError with the reason.
 #include <string>
 
+#include "../amp_flag.hpp"
 #include "../command_line.hpp"
 #include "../device_flag.hpp"
 
 namespace tiny_gpt {
 
 using command_line::ArgsError;
+using command_line::amp_flag;
 using command_line::device_flag;
 
 struct Args {
@@ -68,10 +70,7 @@ inline Args parse_args(int argc, char** argv) {
     else if (flag == "--temperature") a.temperature = f.real(1e-3, 100);
     else if (flag == "--top-k") a.top_k = f.number<int64_t>(0);
     else if (flag == "--device") a.device = device_flag(f.value());
-    else if (flag == "--amp") {
-      a.amp = f.value();
-      if (a.amp != "bf16" && a.amp != "fp16") throw ArgsError("--amp expects bf16 or fp16, got \"" + a.amp + "\"");
-    }
+    else if (flag == "--amp") a.amp = amp_flag(f.value());
     else f.unknown();
   }
   if (a.embed % a.heads != 0)

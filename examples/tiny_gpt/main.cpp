@@ -22,15 +22,10 @@
 namespace tiny_gpt {
 
 
-// Autocast for --amp on the training device (a guard that changes nothing without it).
-AutocastGuard amp_scope(const Args& a, Device device) {
-  return AutocastGuard(device.type(), a.amp == "fp16" ? kHalf : kBFloat16, !a.amp.empty());
-}
-
 // The mean loss over the same `batches` validation windows at every evaluation (a fixed generator).
 double validation_loss(GPT& model, const Corpus& corpus, const Args& a) {
   NoGradGuard no_grad;
-  const AutocastGuard amp = amp_scope(a, model->parameters().front().device());
+  const AutocastGuard amp = command_line::amp_scope(a.amp, model->parameters().front().device());
   model->eval();
   Generator gen(12345);
   double total = 0;
@@ -139,7 +134,7 @@ int run(const Args& a) {
     opt.zero_grad();
     Tensor<float> loss;
     {
-      const AutocastGuard amp = amp_scope(a, device);
+      const AutocastGuard amp = command_line::amp_scope(a.amp, device);
       loss = next_token_loss(model, b.x, b.y);
     }
     scaler.scale(loss).backward();

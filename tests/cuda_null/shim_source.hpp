@@ -173,14 +173,13 @@ inline const std::filesystem::path& shim_header_dir() {
     const std::string compiler = shim_compiler();
     const fs::path final_dir = fs::temp_directory_path() /
                                ("kiln-shim-" + std::to_string(std::hash<std::string>{}(compiler + kHostShim)));
-    if (fs::exists(final_dir / "ready")) return final_dir;
+    if (fs::exists(final_dir)) return final_dir;  // (renamed into place whole)
     const fs::path mine = final_dir.string() + ".tmp-" + std::to_string(::getpid());
     fs::create_directories(mine);
     std::ofstream(mine / "kiln_shim.hpp") << kHostShim;
     const std::string pch = compiler + " -x c++-header " + (mine / "kiln_shim.hpp").string() + " -o " +
                             (mine / "kiln_shim.hpp.gch").string() + " >/dev/null 2>&1";
     if (std::system(pch.c_str()) != 0) fs::remove(mine / "kiln_shim.hpp.gch");
-    std::ofstream(mine / "ready") << "";
     std::error_code ec;
     fs::rename(mine, final_dir, ec);  // fails when another process made it first: use theirs
     if (ec) fs::remove_all(mine, ec);
