@@ -1,6 +1,6 @@
 #pragma once
 // Whether the CUDA libraries a device test loads are the emulated ones (tests/cuda_null/emulated, named by
-// KILN_CUDA_DRIVER_LIBRARY and KILN_CUBLAS_LIBRARY in tests/meson.build) or a GPU's (tests/gpu/run.sh): some checks
+// KILN_CUDA_DRIVER_LIBRARY, KILN_CUBLAS_LIBRARY and KILN_CUDNN_LIBRARY in tests/meson.build) or a GPU's (tests/gpu/run.sh): some checks
 // read the emulator's records, some sizes are too slow for it.
 #include <cstdlib>
 #include <string>
@@ -13,5 +13,6 @@ inline bool emulated_library(const char* variable) {
 }
 inline bool emulated_driver() { return emulated_library("KILN_CUDA_DRIVER_LIBRARY"); }
 inline bool emulated_cublas() { return emulated_library("KILN_CUBLAS_LIBRARY"); }
+inline bool emulated_cudnn() { return emulated_library("KILN_CUDNN_LIBRARY"); }
 
 }  // namespace kiln::test

@@ -15,6 +15,7 @@
 #include "kiln/optim.hpp"
 
 #include "compare.hpp"
+#include "cudnn_record.hpp"
 
 namespace test_cuda_emulated_autograd {
 
@@ -304,24 +305,77 @@ TEST_CASE("Module::to moves parameters in place, and Adam steps on the device as
   expect_close(train(kCuda0), train(kCPU), 1e-5, "Adam's parameters after 5 steps");
 }
 
-TEST_CASE("conv2d on the device: im2col and col2im kernels around a cuBLAS product, every gradient" * no_device()) {
+TEST_CASE("conv2d on the device, through cuDNN and through im2col and col2im kernels around cuBLAS, every gradient" *
+          no_device()) {
   Generator g(15);
   struct Case {
     Shape x, w;
     std::array<int64_t, 2> stride, padding, dilation;
     int64_t groups;
   };
-  // (The last one takes Winograd on the CPU, im2col on the device.)
-  for (const Case& c : {Case{{2, 3, 9, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
-                        Case{{2, 4, 11, 10}, {6, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 2},
-                        Case{{1, 2, 5, 5}, {3, 2, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1},
-                        Case{{2, 8, 7, 7}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}}) {
-    const Tensor<float> x = randn<float>(c.x, &g), w = randn<float>(c.w, &g), b = randn<float>({c.w[0]}, &g);
-    expect_same_gradients({x, w, b}, {true, true, true}, [&](const auto& t) {
-      const Tensor<float> y = nn::functional::conv2d(t[0], t[1], t[2], c.stride, c.padding, c.dilation, c.groups);
-      return sum(y * y);
-    }, 1e-4, detail::cat("conv2d of ", c.x, " by ", c.w), Relative::kLargest);  // (a GPU's cuBLAS sums in another order)
+  // (The last one takes Winograd on the CPU.)
+  const std::vector<Case> cases = {Case{{2, 3, 9, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                                   Case{{2, 4, 11, 10}, {6, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 2},
+                                   Case{{1, 2, 5, 5}, {3, 2, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1},
+                                   Case{{2, 8, 7, 7}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}};
+  const bool recorded = test::emulated_cudnn();
+  for (const bool with_cudnn : {true, false}) {
+    test::CudnnScope scope(with_cudnn);
+    const bool via_cudnn = with_cudnn && cuda::Cudnn::usable(0);
+    if (recorded) CHECK(via_cudnn == with_cudnn);
+    else MESSAGE("conv2d on this GPU ", via_cudnn ? "through cuDNN " : "by im2col", via_cudnn ? cuda::Cudnn::get().path() : "");
+    for (const Case& c : cases) {
+      const std::string what = detail::cat("conv2d of ", c.x, " by ", c.w, with_cudnn ? " through cuDNN" : " by im2col");
+      const long calls = recorded ? test::cudnn_calls() : 0;
+      const Tensor<float> x = randn<float>(c.x, &g), w = randn<float>(c.w, &g), b = randn<float>({c.w[0]}, &g);
+      expect_same_gradients({x, w, b}, {true, true, true}, [&](const auto& t) {
+        const Tensor<float> y = nn::functional::conv2d(t[0], t[1], t[2], c.stride, c.padding, c.dilation, c.groups);
+        return sum(y * y);
+      }, 1e-4, what, Relative::kLargest);  // (a GPU's cuBLAS and cuDNN sum in another order)
+      if (!recorded) continue;
+      // The forward, then the backward's data and filter passes; none when cuDNN is off.
+      CHECK_MESSAGE(test::cudnn_calls() - calls == (via_cudnn ? 3 : 0), what);
+      if (via_cudnn)
+        CHECK_MESSAGE(test::cudnn_last_call().find(detail::cat("groups=", c.groups, ")")) != std::string::npos,
+                      (what + ": " + test::cudnn_last_call()));
+    }
   }
+}
+
+TEST_CASE("conv2d through cuDNN: the algorithm, its workspace and math type follow cudnn_deterministic and "
+          "cudnn_allow_tf32" * no_device()) {
+  if (!test::emulated_cudnn()) return;  // reads the emulated cuDNN's record (a GPU's cuDNN chooses its own)
+  Generator g(16);
+  const Tensor<float> x = randn<float>({2, 3, 6, 6}, &g).cuda(), w = randn<float>({4, 3, 3, 3}, &g).cuda();
+  const auto forward_call = [&](const auto& input, const auto& weight) {
+    (void)nn::functional::conv2d(input, weight);
+    return test::cudnn_last_call();
+  };
+  // The emulated heuristics offer a non-deterministic algorithm with a 1 KB workspace first, then a deterministic one
+  // without; float stays off TF32 (FMA math, 3) unless allowed (tensor-op math, 1); 16-bit data takes tensor cores.
+  {
+    test::CudnnScope scope(true);
+    CHECK(forward_call(x, w) == "cudnnConvolutionForward(algo=1, workspace=1024, math=3, groups=1)");
+    CHECK(forward_call(x.to<bfloat16>(), w.to<bfloat16>()) ==
+          "cudnnConvolutionForward(algo=1, workspace=1024, math=1, groups=1)");
+    CHECK(forward_call(x.to<double>(), w.to<double>()) ==
+          "cudnnConvolutionForward(algo=1, workspace=1024, math=0, groups=1)");
+  }
+  {
+    test::CudnnScope scope(true, /*deterministic=*/true);
+    CHECK(forward_call(x, w) == "cudnnConvolutionForward(algo=0, workspace=0, math=3, groups=1)");
+  }
+  {
+    test::CudnnScope scope(true, false, /*allow_tf32=*/true);
+    CHECK(forward_call(x, w) == "cudnnConvolutionForward(algo=1, workspace=1024, math=1, groups=1)");
+  }
+  // double and 16-bit convolutions through cuDNN agree with the CPU's.
+  const Tensor<double> xd = randn<double>({2, 3, 6, 6}, &g), wd = randn<double>({4, 3, 3, 3}, &g);
+  expect_close(nn::functional::conv2d(xd.cuda(), wd.cuda(), {}, {2, 1}, {1, 0}).cpu(),
+               nn::functional::conv2d(xd, wd, {}, {2, 1}, {1, 0}), 1e-12, "double conv2d through cuDNN");
+  const Tensor<float16> xh = x.cpu().to<float16>(), wh = w.cpu().to<float16>();
+  expect_close(nn::functional::conv2d(xh.cuda(), wh.cuda()).cpu().to<float>(),
+               nn::functional::conv2d(xh, wh).to<float>(), 2e-3, "float16 conv2d through cuDNN", Relative::kLargest);
 }
 
 TEST_CASE("an MLP trains on the device as on the CPU: Linear, ReLU, Dropout in eval, cross_entropy, Adam" * no_device()) {

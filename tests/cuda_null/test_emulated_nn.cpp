@@ -13,6 +13,7 @@
 #include "kiln/nn.hpp"
 
 #include "compare.hpp"
+#include "cudnn_record.hpp"
 
 namespace test_cuda_emulated_nn {
 
@@ -127,31 +128,62 @@ TEST_CASE("avg_pool2d and adaptive_avg_pool2d on the device: divisors with and w
   expect_same(x, [&](const Tensor<float>& t) { return pool(t); }, 1e-6, "AvgPool2d(3, 2, 1)");
 }
 
-TEST_CASE("BatchNorm2d on the device: training (batch statistics, running statistics) and evaluation" * no_device()) {
-  Generator g(23);
-  nn::BatchNorm2d host(3), device(3);
-  {
-    NoGradGuard no_grad;
-    host->weight.copy_(randn<float>({3}, &g));
-    host->bias.copy_(randn<float>({3}, &g));
+TEST_CASE("BatchNorm2d on the device, through cuDNN and as reductions and expressions: training (batch statistics, "
+          "running statistics) and evaluation" * no_device()) {
+  const bool recorded = test::emulated_cudnn();
+  for (const bool with_cudnn : {true, false}) {
+    test::CudnnScope scope(with_cudnn);
+    const std::string path = with_cudnn ? " (cuDNN)" : " (reductions and expressions)";
+    Generator g(23);
+    nn::BatchNorm2d host(3), device(3);
+    {
+      NoGradGuard no_grad;
+      host->weight.copy_(randn<float>({3}, &g));
+      host->bias.copy_(randn<float>({3}, &g));
+    }
+    copy_state(host, device);
+    const auto step = [&](const Tensor<float>& x, const std::string& what) {
+      for (auto* m : {&host, &device}) (*m)->zero_grad();
+      const long calls = recorded ? test::cudnn_calls() : 0;
+      expect_same(x, [&](const Tensor<float>& t) { return t.is_cuda() ? device(t) : host(t); }, 1e-5, what + path);
+      expect_same_state(device, host, 1e-5, what + path);
+      // Training: the forward and the backward through cuDNN; evaluation is one expression either way.
+      if (recorded) CHECK_MESSAGE(test::cudnn_calls() - calls == (with_cudnn && device->is_training() ? 2 : 0), (what + path));
+    };
+    // Two training steps (the running statistics move twice, num_batches_tracked counts them), then evaluation.
+    step(randn<float>({4, 3, 5, 6}, &g) * 2.0f + 1.0f, "training, step 1");
+    step(randn<float>({4, 3, 5, 6}, &g) - 0.5f, "training, step 2");
+    CHECK(device->num_batches_tracked.item() == 2.0f);
+    host->eval();
+    device->eval();
+    step(randn<float>({2, 3, 4, 4}, &g), "evaluation");
+    CHECK_THROWS_WITH_AS(host(randn<float>({2, 3, 4, 4}, &g).to(kCuda0)),
+                         "batch_norm: running_mean is on cpu, the input of shape [2, 3, 4, 4] on cuda:0; move them to "
+                         "one device first (Module::to)",
+                         std::invalid_argument);
   }
-  copy_state(host, device);
-  const auto step = [&](const Tensor<float>& x, const std::string& what) {
-    for (auto* m : {&host, &device}) (*m)->zero_grad();
-    expect_same(x, [&](const Tensor<float>& t) { return t.is_cuda() ? device(t) : host(t); }, 1e-5, what);
-    expect_same_state(device, host, 1e-5, what);
-  };
-  // Two training steps (the running statistics move twice, num_batches_tracked counts them), then evaluation.
-  step(randn<float>({4, 3, 5, 6}, &g) * 2.0f + 1.0f, "training, step 1");
-  step(randn<float>({4, 3, 5, 6}, &g) - 0.5f, "training, step 2");
-  CHECK(device->num_batches_tracked.item() == 2.0f);
-  host->eval();
-  device->eval();
-  step(randn<float>({2, 3, 4, 4}, &g), "evaluation");
-  CHECK_THROWS_WITH_AS(host(randn<float>({2, 3, 4, 4}, &g).to(kCuda0)),
-                       "batch_norm: running_mean is on cpu, the input of shape [2, 3, 4, 4] on cuda:0; move them to one "
-                       "device first (Module::to)",
-                       std::invalid_argument);
+}
+
+TEST_CASE("batch_norm of double CUDA tensors through cuDNN: the output, the running statistics, every gradient" *
+          no_device()) {
+  Generator g(26);
+  const Tensor<double> x = randn<double>({6, 3, 4, 2}, &g) * 3.0 + 1.0, r = randn<double>({6, 3, 4, 2}, &g);
+  const Tensor<double> w = randn<double>({3}, &g), b = randn<double>({3}, &g);
+  std::vector<Tensor<double>> grads[2], stats[2], outputs;
+  for (const Device d : {Device(kCPU), kCuda0}) {
+    const Tensor<double> xi = x.clone().to(d).requires_grad_(), wi = w.clone().to(d).requires_grad_(),
+                         bi = b.clone().to(d).requires_grad_();
+    Tensor<double> mean = zeros<double>({3}, d), var = ones<double>({3}, d);
+    const Tensor<double> y = nn::functional::batch_norm(xi, mean, var, wi, bi, true, 0.3, 1e-3);
+    sum(y * r.to(d)).backward();
+    const int i = d.is_cuda();
+    outputs.push_back(y.detach().cpu());
+    grads[i] = {xi.grad().cpu(), wi.grad().cpu(), bi.grad().cpu()};
+    stats[i] = {mean.cpu(), var.cpu()};
+  }
+  expect_close(outputs[1], outputs[0], 1e-12, "batch_norm's output");
+  for (int k = 0; k < 3; ++k) expect_close(grads[1][k], grads[0][k], 1e-12, detail::cat("batch_norm's gradient ", k));
+  for (int k = 0; k < 2; ++k) expect_close(stats[1][k], stats[0][k], 1e-12, detail::cat("batch_norm's running statistic ", k));
 }
 
 TEST_CASE("batch_norm, layer_norm and group_norm on the device, functional" * no_device()) {

@@ -3,7 +3,8 @@
 // module (PyTorch's default initialization). The convolution is im2col (a threaded gather of each
 // output position's receptive field into columns) followed by kiln's batched GEMM; im2col's backward is
 // col2im (the scatter-add of the columns' gradient), and the GEMM and the bias record their own
-// backward, so input, weight and bias all get gradients.
+// backward, so input, weight and bias all get gradients. A CUDA tensor's convolution goes through cuDNN where it is
+// usable (cuda/cudnn_conv.hpp), and through im2col kernels around cuBLAS otherwise.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -17,10 +18,19 @@
 #include "kiln/tensor/random.hpp"
 
 #ifdef KILN_WITH_CUDA
+namespace kiln::nn {
+struct Conv2dGeometry;
+}
 namespace kiln::detail {
-// im2col / col2im on a CUDA tensor (cuda/im2col.hpp, included at the end of this file in such builds).
+// im2col / col2im on a CUDA tensor (cuda/im2col.hpp), and the convolution through cuDNN (cuda/cudnn_conv.hpp); both
+// headers are included at the end of this file in such builds.
 template <bool kAdjoint, Dtype T>
 Tensor<T> cuda_conv_columns(const Tensor<T>& src, const Shape& out_shape, const std::array<int64_t, 12>& geometry);
+template <Dtype T>
+bool cudnn_conv2d_applies(const Tensor<T>& x, const Tensor<T>& weight, const Shape& y_shape);
+template <Dtype T>
+Tensor<T> cudnn_conv2d(const Tensor<T>& x, const Tensor<T>& weight, const nn::Conv2dGeometry& g, int64_t groups,
+                       const Shape& y_shape);
 }  // namespace kiln::detail
 #endif
 
@@ -202,8 +212,13 @@ Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
                                    padding[0] >= 0 && padding[1] >= 0,
                                "conv2d: stride and dilation must be positive and padding non-negative");
   const Conv2dGeometry g{weight.size(2), weight.size(3), stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1]};
-  g.output_hw(x.shape());
+  [[maybe_unused]] const auto [ho, wo] = g.output_hw(x.shape());
   Tensor<T> out = [&] {
+#ifdef KILN_WITH_CUDA
+    const Shape y_shape{x.size(0), cout, ho, wo};
+    if (kiln::detail::cudnn_conv2d_applies(x, weight, y_shape))
+      return kiln::detail::cudnn_conv2d(x, weight, g, groups, y_shape);
+#endif
     if constexpr (detail::winograd_dtype<T>)
       if (!x.is_cuda() && detail::winograd_applies<T>(g, groups, cin, cout))
         return detail::winograd::conv2d(x, weight, g.ph, g.pw);
@@ -275,5 +290,6 @@ KILN_INSTANTIATE(class Conv2dImplT<void>);
 }  // namespace kiln::nn
 
 #ifdef KILN_WITH_CUDA
+#include "kiln/cuda/cudnn_conv.hpp"
 #include "kiln/cuda/im2col.hpp"
 #endif

@@ -2,14 +2,27 @@
 // Normalization: layer_norm, group_norm, batch_norm (functional, any floating dtype) and the LayerNorm,
 // GroupNorm, BatchNorm1d / BatchNorm2d modules, as torch.nn's. Composed from kiln's differentiable
 // reductions and fused expressions, so the backward comes with them; training-mode batch norm, the hot
-// one in CNNs, is its own node (nn/batch_norm_kernel.hpp). On CUDA tensors (builds with KILN_WITH_CUDA) all three are
-// composed from reductions and expressions, which evaluate and differentiate on the device.
+// one in CNNs, is its own node (nn/batch_norm_kernel.hpp). On CUDA tensors (builds with KILN_WITH_CUDA) training-mode
+// batch norm goes through cuDNN where it is usable (cuda/cudnn_batch_norm.hpp); otherwise, and for the other two, they
+// are composed from reductions and expressions, which evaluate and differentiate on the device.
 #include <optional>
 
 #include "kiln/nn/batch_norm_kernel.hpp"
 #include "kiln/nn/module.hpp"
 #include "kiln/tensor/factory.hpp"
 #include "kiln/tensor/reduce.hpp"
+
+#ifdef KILN_WITH_CUDA
+namespace kiln::detail {
+// Training-mode batch norm through cuDNN (cuda/cudnn_batch_norm.hpp, included at the end of this file in such builds).
+template <Dtype T>
+bool cudnn_batch_norm_applies(const Tensor<T>& x, const Tensor<T>& running_mean, const Tensor<T>& running_var,
+                              double eps);
+template <Dtype T>
+Tensor<T> cudnn_batch_norm_training(const Tensor<T>& x, Tensor<T>& running_mean, Tensor<T>& running_var,
+                                    const Tensor<T>& weight, const Tensor<T>& bias, double momentum, double eps);
+}  // namespace kiln::detail
+#endif
 
 namespace kiln::nn {
 
@@ -150,6 +163,8 @@ Tensor<T> batch_norm(const Tensor<T>& x, Tensor<T> running_mean, Tensor<T> runni
     check<std::invalid_argument>(replica_sum || x.numel() / c > 1,
                                  "batch_norm: expected more than 1 value per channel in training, got input ", x.shape());
 #ifdef KILN_WITH_CUDA
+    if (x.is_cuda() && !replica_sum && kiln::detail::cudnn_batch_norm_applies(x, running_mean, running_var, eps))
+      return kiln::detail::cudnn_batch_norm_training(x, running_mean, running_var, weight, bias, momentum, eps);
     if (x.is_cuda())
       return detail::batch_norm_training_on_device(x, running_mean, running_var, weight, bias, momentum, eps, replica_sum);
 #endif
@@ -301,3 +316,7 @@ KILN_INSTANTIATE(Tensor<float> functional::batch_norm<float>(const Tensor<float>
 KILN_INSTANTIATE(class LayerNormImplT<void>);
 
 }  // namespace kiln::nn
+
+#ifdef KILN_WITH_CUDA
+#include "kiln/cuda/cudnn_batch_norm.hpp"
+#endif
