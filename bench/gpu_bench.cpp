@@ -14,7 +14,9 @@
 //     L = 8192 on CUDA cores and on tensor cores; and bfloat16 through the public API at D = 128, L = 8192, forward
 //     and forward + backward, against the materialized forward;
 //   - sgemm 4096 x 4096 x 4096 (float32, TF32 off) through kiln's matmul of CUDA tensors and through cublasSgemm
-//     called directly in the same run: kiln's overhead as a ratio (target under 5%).
+//     called directly in the same run: kiln's overhead as a ratio (target under 5%);
+//   - the Fashion-MNIST CNN's convolutions and a BatchNorm2d, forward + backward at batch 256, through cuDNN and
+//     through kiln's own kernels in the same run.
 // Built with KILN_WITH_CUDA (tests/gpu/build.sh, bench/meson.build), so matmul of CUDA tensors runs on the device.
 #include <algorithm>
 #include <chrono>
@@ -30,6 +32,7 @@
 #include "kiln/cuda.hpp"
 #include "kiln/cuda/reduction.hpp"
 #include "kiln/kiln.hpp"
+#include "kiln/nn.hpp"
 
 namespace {
 
@@ -258,7 +261,23 @@ void flex_bf16() {
   run(at::create_block_mask(at::causal(), 1, 1, L, L), true);
 }
 
-// Times kiln's matmul and a direct cublasSgemm alternately, a median of each after a warm-up of both.
+// Medians of f() and g() timed alternately, reps each after a warm-up of both, so that drift hits both alike.
+std::pair<double, double> alternating_medians(int reps, const std::function<void()>& f, const std::function<void()>& g) {
+  std::vector<double> tf, tg;
+  for (int i = 0; i <= reps; ++i)
+    for (auto [run, t] : {std::pair{&f, &tf}, std::pair{&g, &tg}}) {
+      device().synchronize();
+      const auto t0 = Clock::now();
+      (*run)();
+      device().synchronize();
+      if (i > 0) t->push_back(std::chrono::duration<double>(Clock::now() - t0).count());  // (i = 0: the warm-up)
+    }
+  std::sort(tf.begin(), tf.end());
+  std::sort(tg.begin(), tg.end());
+  return {tf[tf.size() / 2], tg[tg.size() / 2]};
+}
+
+// Times kiln's matmul and a direct cublasSgemm alternately.
 void sgemm() {
   const int64_t n = shrink(4096, 128);
   Generator g(2);
@@ -276,21 +295,52 @@ void sgemm() {
                               on_device(a), ni, &zero, on_device(c), ni),
                  "cublasSgemm_v2");
   };
-  std::vector<double> tk, td;
-  for (int i = 0; i < 11; ++i)
-    for (auto [f, t] : {std::pair{std::function<void()>(kiln_product), &tk}, std::pair{std::function<void()>(direct), &td}}) {
-      device().synchronize();
-      const auto t0 = Clock::now();
-      f();
-      device().synchronize();
-      if (i > 0) t->push_back(std::chrono::duration<double>(Clock::now() - t0).count());  // (i = 0: the warm-up)
-    }
-  std::sort(tk.begin(), tk.end());
-  std::sort(td.begin(), td.end());
-  const double k = tk[tk.size() / 2], d = td[td.size() / 2], flops = 2.0 * double(n) * double(n) * double(n);
+  const auto [k, d] = alternating_medians(10, kiln_product, direct);
+  const double flops = 2.0 * double(n) * double(n) * double(n);
   std::printf("sgemm 4096^3 float32 (TF32 off): kiln matmul %.1f TFLOP/s (%.3f ms), cublasSgemm directly %.1f TFLOP/s "
               "(%.3f ms): kiln's overhead %+.1f%% (target under 5%%)\n", flops / k / 1e12, k * 1e3, flops / d / 1e12,
               d * 1e3, (k / d - 1) * 100);
+}
+
+// The Fashion-MNIST CNN's convolutions (3x3, padding 1) and a BatchNorm2d in training, batch 256, forward +
+// backward (input and weight gradients), through cuDNN and through kiln's own kernels (im2col around cuBLAS;
+// reductions and expressions), alternately in one run. TFLOP/s count 3 x 2 N Cout Cin 9 H W (forward, input and
+// weight gradients). Float with TF32 off (cuDNN and cuBLAS alike), and the 64->128 layer again in bfloat16.
+void convolutions() {
+  if (!cuda::Cudnn::usable(0)) {
+    std::puts("conv2d: cuDNN not usable on cuda:0 (KILN_DEBUG=1 says why); nothing compared");
+    return;
+  }
+  std::printf("conv2d: cuDNN %zu (%s)\n", cuda::Cudnn::get().version(), cuda::Cudnn::get().path().c_str());
+  const int64_t n = shrink(256, 2);
+  Generator g(3);
+  const auto compare = [](const std::string& what, double flops, const std::function<void()>& step) {
+    const auto [with, without] = alternating_medians(10, [&] { cuda::cudnn_enabled(true); step(); },
+                                                     [&] { cuda::cudnn_enabled(false); step(); });
+    cuda::cudnn_enabled(true);
+    char rate[64] = "";
+    if (flops > 0) std::snprintf(rate, sizeof rate, " (%.1f TFLOP/s)", flops / with / 1e12);
+    std::printf("%s, forward + backward: cuDNN %.3f ms%s, kiln's own kernels %.3f ms: cuDNN %.2fx as fast\n",
+                what.c_str(), with * 1e3, rate, without * 1e3, without / with);
+  };
+  struct Layer {
+    int64_t cin, cout, hw;
+  };
+  for (const Layer l : {Layer{1, 64, 28}, Layer{64, 128, 14}}) {
+    const Tensor<float> x = randn<float>({n, l.cin, l.hw, l.hw}, &g).cuda().requires_grad_();
+    const Tensor<float> w = Tensor<float>(randn<float>({l.cout, l.cin, 3, 3}, &g) * 0.1f).cuda().requires_grad_();
+    const double flops = 3 * 2.0 * double(n * l.cout * l.cin * 9 * l.hw * l.hw);
+    const std::string what = detail::cat("conv2d ", l.cin, "->", l.cout, " 3x3 at ", l.hw, "x", l.hw, ", batch ", n);
+    compare(what + ", float32", flops, [&] { sum(nn::functional::conv2d(x, w, {}, {1, 1}, {1, 1})).backward(); });
+    if (l.cin == 64) {
+      const Tensor<bfloat16> xh = x.detach().to<bfloat16>().requires_grad_(), wh = w.detach().to<bfloat16>().requires_grad_();
+      compare(what + ", bfloat16", flops, [&] { sum(nn::functional::conv2d(xh, wh, {}, {1, 1}, {1, 1})).backward(); });
+    }
+  }
+  nn::BatchNorm2d bn(128);
+  bn->to(Device(kCUDA, 0));
+  const Tensor<float> x = randn<float>({n, 128, 14, 14}, &g).cuda().requires_grad_();
+  compare(detail::cat("BatchNorm2d(128) training at 14x14, batch ", n), 0, [&] { sum(bn(x)).backward(); });
 }
 
 }  // namespace
@@ -323,5 +373,6 @@ int main() {
   section("attention", flex);
   section("attention bf16", flex_bf16);
   section("sgemm", sgemm);
+  section("convolutions", convolutions);
   return 0;
 }

@@ -342,8 +342,8 @@ TEST_CASE("conv2d on the device, through cuDNN and through im2col and col2im ker
   }
 }
 
-TEST_CASE("conv2d through cuDNN: the algorithm, its workspace and math type follow cudnn_deterministic and "
-          "cudnn_allow_tf32" * no_device()) {
+TEST_CASE("conv2d through cuDNN: the algorithm, its workspace and math type follow cudnn_deterministic, "
+          "cudnn_allow_tf32 and cudnn_benchmark" * no_device()) {
   if (!test::emulated_cudnn()) return;  // reads the emulated cuDNN's record (a GPU's cuDNN chooses its own)
   Generator g(16);
   const Tensor<float> x = randn<float>({2, 3, 6, 6}, &g).cuda(), w = randn<float>({4, 3, 3, 3}, &g).cuda();
@@ -369,6 +369,22 @@ TEST_CASE("conv2d through cuDNN: the algorithm, its workspace and math type foll
     test::CudnnScope scope(true, false, /*allow_tf32=*/true);
     CHECK(forward_call(x, w) == "cudnnConvolutionForward(algo=1, workspace=1024, math=1, groups=1)");
   }
+  {
+    // cudnn_benchmark: the timed search on the operands, given the largest workspace the heuristics ask for, and its
+    // fastest algorithm (the emulated search's algo 0); the next call of the shape searches no more.
+    test::CudnnScope scope(true, false, false, /*benchmark=*/true);
+    const long calls = test::cudnn_calls();
+    const Tensor<float> x2 = randn<float>({3, 3, 7, 5}, &g).cuda();
+    const Tensor<float> want = nn::functional::conv2d(x2.cpu(), w.cpu());
+    expect_close(nn::functional::conv2d(x2, w).cpu(), want, 1e-5, "conv2d through cuDNN's fastest algorithm");
+    CHECK(test::cudnn_last_find() == "cudnnFindConvolutionForwardAlgorithmEx(workspace=1024)");
+    CHECK(test::cudnn_last_call() == "cudnnConvolutionForward(algo=0, workspace=0, math=3, groups=1)");
+    const Tensor<float> x3(x2 * 2.0f);
+    CHECK(forward_call(x3, w) == "cudnnConvolutionForward(algo=0, workspace=0, math=3, groups=1)");
+    CHECK(test::cudnn_calls() - calls == 2);  // the two forwards; the searches are not calls
+  }
+  CHECK(forward_call(randn<float>({3, 3, 7, 5}, &g).cuda(), w) ==
+        "cudnnConvolutionForward(algo=1, workspace=1024, math=3, groups=1)");  // the heuristics' choice again
   // double and 16-bit convolutions through cuDNN agree with the CPU's.
   const Tensor<double> xd = randn<double>({2, 3, 6, 6}, &g), wd = randn<double>({4, 3, 3, 3}, &g);
   expect_close(nn::functional::conv2d(xd.cuda(), wd.cuda(), {}, {2, 1}, {1, 0}).cpu(),

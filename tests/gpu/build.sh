@@ -6,6 +6,7 @@
 #                  cuBLAS, convolution, pooling, normalization, flex_attention, sdpa, MultiheadAttention), and the
 #                  NCCL backend's single-rank path (with the GPU machine's libnccl, skipped without one);
 #   gpu_bench      bench/gpu_bench.cpp (docs/performance.md's GPU figures);
+#   host_step      bench/host_step.cpp (the Fashion-MNIST CNN's training step, with and without cuDNN);
 #   fashion_mnist, tiny_gpt   the examples, for a few hundred training steps on the GPU against the same steps on
 #                  the CPU; with their data in build-gpu/data (the first 19200 Fashion-MNIST training images, 300
 #                  batches, and the whole test set; Debian's fortunes);
@@ -28,12 +29,13 @@ for src in tests/main.cpp tests/cuda_null/test_emulated_{device,autograd,indexin
   g++ "${flags[@]}" -c "$src" -o "$out/obj/$(basename "$src" .cpp).o" & pids+=($!)
 done
 g++ "${flags[@]}" bench/gpu_bench.cpp -o "$out/gpu_bench" -ldl -lhwy & pids+=($!)
+g++ "${flags[@]}" bench/host_step.cpp -o "$out/host_step" -ldl -lhwy & pids+=($!)
 g++ "${flags[@]}" examples/fashion_mnist/main.cpp -o "$out/fashion_mnist" -ldl -lhwy -lz -lpng & pids+=($!)
 g++ "${flags[@]}" examples/tiny_gpt/main.cpp -o "$out/tiny_gpt" -ldl -lhwy -lz & pids+=($!)
 for pid in "${pids[@]}"; do wait "$pid"; done
 g++ "${flags[@]}" "$out"/obj/*.o -o "$out/device_tests" -ldl -lhwy
 rm -rf "$out/obj"
-for bin in "$out/device_tests" "$out/gpu_bench" "$out/fashion_mnist" "$out/tiny_gpt"; do
+for bin in "$out/device_tests" "$out/gpu_bench" "$out/host_step" "$out/fashion_mnist" "$out/tiny_gpt"; do
   ldd "$bin" | awk '/=> \// && $1 ~ /^lib(hwy|gomp|stdc\+\+|gcc_s|z|png16)\./ {print $3}'
 done | sort -u | xargs -I{} cp -L {} "$out/lib/"
 # The data: Fashion-MNIST's training set cut to its first 19200 images and labels (IDX: a 16- or 8-byte header whose

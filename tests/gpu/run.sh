@@ -2,15 +2,16 @@
 # On a GPU machine (the device tool): the device tests, the examples and the GPU benchmarks that tests/gpu/build.sh
 # built into build-gpu/, their output written under $OUT (./gpu-out when unset): summary.txt, and results.tar.gz
 # with nvidia-smi.txt, device_tests_<file>.txt, the examples' logs and gpu_bench.txt. Uses the machine's CUDA driver, NVRTC
-# and cuBLAS (libnvrtc.so.13, libcublas.so.13: /usr/local/cuda/lib64, else the cuBLAS of the machine's Python
-# packages, nvidia-cublas).
+# cuBLAS and cuDNN (libnvrtc.so.13, libcublas.so.13, libcudnn.so.9: /usr/local/cuda/lib64, else those of the machine's
+# Python packages, nvidia-cublas and nvidia-cudnn).
 # Sized for the device tool's budget (about 15 minutes a session, machine start included): phases of at most 4,
 # 3 and 2 minutes (about 1 minute in all on an H200).
 #   1. side by side (the machine has 16 cores; timings here mean nothing): the seven device test files, each its own
 #      process; fashion_mnist and tiny_gpt on the GPU for 3 epochs of 300 batches and 200 steps
 #      (tests/gpu/cpu_reference.sh runs the same commands on the CPU, on the development machine), then tiny_gpt's
 #      200 steps again under bfloat16 autocast (its attention on tensor cores); the kernel cache across two processes;
-#   2. alone: fashion_mnist --distributed over NCCL (one rank), gpu_bench, then the two examples profiled (KILN_PROFILE, cuda/profile.hpp) for a few steps.
+#   2. alone: fashion_mnist --distributed over NCCL (one rank), gpu_bench, host_step (the CNN's training step with and
+#      without cuDNN), then the two examples profiled (KILN_PROFILE, cuda/profile.hpp) for a few steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-out}"
@@ -18,6 +19,12 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ] && [ ! -e /usr/local/cuda/lib64/libcublas.so.12 ]; then
   wheel=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$wheel" ] && export LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH"
+fi
+# cuDNN likewise (conv2d and batch norm; without it they run on kiln's own kernels, and the cuDNN lines of gpu_bench
+# say so).
+if [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ] && [ ! -e /usr/local/cuda/lib64/libcudnn.so.8 ]; then
+  wheel=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
   [ -n "$wheel" ] && export LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH"
 fi
 # NCCL (218 MB: not carried) from the machine's toolkit or Python packages; without it the NCCL cases skip.
@@ -28,7 +35,7 @@ fi
 {
   date -u
   nvidia-smi || true
-  ls /usr/local/cuda/lib64 2>&1 | grep -E "nvrtc|cublas|nccl" || true
+  ls /usr/local/cuda/lib64 2>&1 | grep -E "nvrtc|cublas|cudnn|nccl" || true
 } > "$out/nvidia-smi.txt" 2>&1
 # The tests and examples share one disk cache, so a kernel one of them compiled is loaded by the others.
 export KILN_CACHE_DIR=/tmp/kiln-gpu-cache
@@ -74,6 +81,10 @@ echo "fashion_mnist --distributed --device cuda (NCCL, one rank): exit $?; $(tai
 timeout 180 build-gpu/gpu_bench > "$out/gpu_bench.txt" 2>&1
 echo "gpu_bench: exit $?" >> "$summary"
 cat "$out/gpu_bench.txt" >> "$summary"
+# The Fashion-MNIST CNN's training step at batch 64 through cuDNN and through kiln's own kernels.
+for flag in "" --no-cudnn; do
+  timeout 60 build-gpu/host_step $flag >> "$summary" 2>&1 || echo "host_step $flag: exit $?" >> "$summary"
+done
 # Where the examples' device time goes (KILN_PROFILE: each launch waits for the device), the top of each table.
 KILN_PROFILE=1 timeout 60 build-gpu/fashion_mnist --device cuda --data "$data/fashion-mnist" --epochs 1 \
   --limit-batches 100 --quiet --out "$out/fashion_mnist_profile" > "$out/fashion_mnist_profile.txt" 2>&1

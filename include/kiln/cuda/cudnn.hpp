@@ -11,8 +11,11 @@
 //   cudnn_allow_tf32(bool)    torch.backends.cudnn.allow_tf32: OFF by default here (torch: on), so a float convolution
 //                             on a GPU agrees with the CPU's to float rounding unless asked otherwise, as kiln's
 //                             matmul (cuda::matmul_allow_tf32);
-//   cudnn_deterministic(bool) torch.backends.cudnn.deterministic (off): only algorithms cuDNN reports deterministic.
-// Algorithms come from cuDNN's heuristics (the _v7 queries), the first one the switches allow, remembered per shape.
+//   cudnn_deterministic(bool) torch.backends.cudnn.deterministic (off): only algorithms cuDNN reports deterministic;
+//   cudnn_benchmark(bool)     torch.backends.cudnn.benchmark (off): the first convolution of each shape times every
+//                             algorithm on its operands (cudnnFind...AlgorithmEx) and keeps the fastest the switches
+//                             allow; off, cuDNN's heuristics (the _v7 queries) choose without running anything.
+// The choice is remembered per shape, device and switches.
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
@@ -67,7 +70,7 @@ using scaling_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 namespace detail {
 struct CudnnSwitches {
-  std::atomic<bool> enabled{true}, allow_tf32{false}, deterministic{false};
+  std::atomic<bool> enabled{true}, allow_tf32{false}, deterministic{false}, benchmark{false};
 };
 inline CudnnSwitches& cudnn_switches() {
   static CudnnSwitches switches;
@@ -81,6 +84,8 @@ inline void cudnn_allow_tf32(bool allow) { detail::cudnn_switches().allow_tf32 =
 inline bool cudnn_allows_tf32() { return detail::cudnn_switches().allow_tf32; }
 inline void cudnn_deterministic(bool on) { detail::cudnn_switches().deterministic = on; }
 inline bool cudnn_is_deterministic() { return detail::cudnn_switches().deterministic; }
+inline void cudnn_benchmark(bool on) { detail::cudnn_switches().benchmark = on; }
+inline bool cudnn_benchmark_enabled() { return detail::cudnn_switches().benchmark; }
 
 class Cudnn {
  public:

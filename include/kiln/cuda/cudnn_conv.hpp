@@ -20,21 +20,25 @@ enum class ConvPass { Forward, BackwardData, BackwardFilter };
 struct CudnnConvPassApi {
   const char* name;       // the call
   const char* heuristic;  // its _v7 algorithm query
+  const char* find;       // its timed search (cudnn_benchmark)
   const char* workspace;  // its workspace query
 };
 inline CudnnConvPassApi cudnn_conv_api(ConvPass pass) {
   switch (pass) {
     case ConvPass::Forward:
       return {"cudnnConvolutionForward", "cudnnGetConvolutionForwardAlgorithm_v7",
-              "cudnnGetConvolutionForwardWorkspaceSize"};
+              "cudnnFindConvolutionForwardAlgorithmEx", "cudnnGetConvolutionForwardWorkspaceSize"};
     case ConvPass::BackwardData:
       return {"cudnnConvolutionBackwardData", "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-              "cudnnGetConvolutionBackwardDataWorkspaceSize"};
+              "cudnnFindConvolutionBackwardDataAlgorithmEx", "cudnnGetConvolutionBackwardDataWorkspaceSize"};
     default:
       return {"cudnnConvolutionBackwardFilter", "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
-              "cudnnGetConvolutionBackwardFilterWorkspaceSize"};
+              "cudnnFindConvolutionBackwardFilterAlgorithmEx", "cudnnGetConvolutionBackwardFilterWorkspaceSize"};
   }
 }
+
+// The largest workspace cudnn_benchmark's timed search offers the algorithms (PyTorch offers what the device has).
+inline constexpr size_t kCudnnFindWorkspaceLimit = size_t(1) << 30;
 
 // The descriptors of one convolution: x [N, C, H, W], w [K, C / groups, kh, kw], y [N, K, Ho, Wo], all contiguous.
 template <Dtype T>
@@ -64,7 +68,7 @@ struct CudnnConvolution {
   void run(ConvPass pass, int device, const void* a, const void* b, void* out) {
     const CudnnConvPassApi api = cudnn_conv_api(pass);
     const cuda::dnn::Handle h = dnn.handle(device);
-    const Choice c = choose(pass, h);
+    const Choice c = choose(pass, device, h, a, b, out);
     Tensor<float> workspace;
     if (c.workspace > 0)
       workspace = Tensor<float>(cuda_empty<float>({int64_t((c.workspace + 3) / 4)}, Device(kCUDA, device)));
@@ -108,13 +112,15 @@ struct CudnnConvolution {
     else return true;
   }
 
-  // The first algorithm of cuDNN's heuristics that succeeds and fits the switches (math type, determinism), with
-  // its workspace; remembered per shape, pass and switches. Sets the descriptor's math type to the algorithm's.
-  Choice choose(ConvPass pass, cuda::dnn::Handle h) {
+  // The first algorithm that succeeded and fits the switches (math type, determinism), with its workspace: from
+  // cuDNN's heuristics, or with cudnn_benchmark from its timed search on these operands (fastest first). Remembered
+  // per shape, device, pass and switches. Sets the descriptor's math type to the algorithm's.
+  Choice choose(ConvPass pass, int device, cuda::dnn::Handle h, const void* a, const void* b, void* out) {
     const CudnnConvPassApi api = cudnn_conv_api(pass);
     const int math = allowed_math();
-    const bool deterministic = cuda::cudnn_is_deterministic();
-    const std::string k = cat(key, " ", int(pass), " ", math, deterministic ? " d" : "");
+    const bool deterministic = cuda::cudnn_is_deterministic(), benchmark = cuda::cudnn_benchmark_enabled();
+    const std::string k = cat(key, " cuda:", device, " pass ", int(pass), " math ", math,
+                              deterministic ? " deterministic" : "", benchmark ? " benchmark" : "");
     static std::mutex mutex;
     static std::map<std::string, Choice> chosen;
     std::unique_lock lock(mutex);
@@ -134,6 +140,21 @@ struct CudnnConvolution {
     using Query = int (*)(void*, void*, void*, void*, void*, int, int*, cuda::dnn::AlgoPerf*);
     dnn.require(dnn.symbol<Query>(api.heuristic)(h, da, db, conv.get(), dout, 16, &count, perf),
                 cat(api.heuristic, "(", key, ")"));
+    if (benchmark) {
+      // A workspace as large as the largest any offered algorithm asks for (within the limit), for the search to
+      // run every algorithm on these operands.
+      size_t bytes = 0;
+      for (int i = 0; i < std::min(count, 16); ++i)
+        if (perf[i].status == 0 && perf[i].memory <= kCudnnFindWorkspaceLimit) bytes = std::max(bytes, perf[i].memory);
+      Tensor<float> workspace;
+      if (bytes > 0)
+        workspace = Tensor<float>(cuda_empty<float>({int64_t((bytes + 3) / 4)}, Device(kCUDA, device)));
+      using Find = int (*)(void*, void*, const void*, void*, const void*, void*, void*, void*, int, int*,
+                           cuda::dnn::AlgoPerf*, void*, size_t);
+      dnn.require(dnn.symbol<Find>(api.find)(h, da, a, db, b, conv.get(), dout, out, 16, &count, perf,
+                                             bytes ? workspace.impl().device_bytes() : nullptr, bytes),
+                  cat(api.find, "(", key, ")"));
+    }
     for (int i = 0; i < std::min(count, 16); ++i) {
       const cuda::dnn::AlgoPerf& p = perf[i];
       if (p.status != 0 || !math_fits(p.math_type) || (deterministic && p.determinism != cuda::dnn::kDeterministic))
@@ -145,7 +166,8 @@ struct CudnnConvolution {
                   cat(api.workspace, "(", key, ", algorithm ", p.algo, ")"));
       return chosen.emplace(k, c).first->second;
     }
-    throw cuda::CudaError(cat("kiln::cuda: ", api.name, " of ", key, ": cuDNN's heuristics offer no algorithm",
+    throw cuda::CudaError(cat("kiln::cuda: ", api.name, " of ", key, ": cuDNN's ",
+                              benchmark ? "timed search finds" : "heuristics offer", " no algorithm",
                               deterministic ? " that is deterministic" : "",
                               std::is_same_v<T, float> && !cuda::cudnn_allows_tf32() ? " without TF32" : "",
                               " (", count, " offered); kiln::cuda::cudnn_enabled(false) uses kiln's own kernels"));

@@ -8,12 +8,14 @@
 // none. It refuses what the real library refuses, with its status: a null handle, a null pointer, a descriptor of
 // the wrong kind or never set, shapes that do not agree, an unknown enumerant; and what it does not do itself (a
 // filter not NCHW, a compute type other than float for float, half and bfloat16 data and double for double, a
-// batch norm other than spatial). Only what kiln calls is here, and three functions for tests (found with dlsym):
-// the last call and its arguments as text, its stream, and the number of convolution and batch-norm calls.
+// batch norm other than spatial). Its timed searches (cudnnFind...AlgorithmEx) find algo 0 the faster. Only what kiln
+// calls is here, and four functions for tests (found with dlsym): the last call and its arguments as text, its
+// stream, the number of convolution and batch-norm calls, and the last search as text.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <mutex>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "kiln/core/dtype.hpp"
+#include "skip_kernels.hpp"
 
 namespace {
 
@@ -70,7 +73,7 @@ struct AlgoPerf {
 };
 
 std::mutex mutex;
-std::string last_call;
+std::string last_call, last_find;
 long calls = 0;
 void* last_stream = nullptr;
 
@@ -220,6 +223,31 @@ int workspace_size(void* handle, void* xd, void* wd, void* cd, void* yd, int alg
   Geometry g;
   if (int status = check_geometry(xd, wd, cd, yd, g)) return status;
   return workspace_for(algo, size);
+}
+
+// The timed searches (cudnnFind...AlgorithmEx, kiln's cudnn_benchmark): as if timed here, algo 0 is the fastest,
+// then algo 1, which succeeds only when the search is given its workspace (cuDNN skips an algorithm that does not
+// fit). The search writes every byte of the workspace it is given. Recorded as "name(workspace=bytes)" apart from
+// the calls.
+int find(const char* name, void* handle, void* xd, void* wd, void* cd, void* yd,
+         std::initializer_list<const void*> pointers, int requested, int* returned, AlgoPerf* perf, void* workspace,
+         size_t bytes) {
+  if (!handle) return kNotInitialized;
+  if (!as<Handle>(handle, kHandle) || !returned || !perf || requested < 1 || (bytes > 0 && !workspace))
+    return kBadParam;
+  for (const void* p : pointers)
+    if (!p) return kBadParam;
+  Geometry g;
+  if (int status = check_geometry(xd, wd, cd, yd, g)) return status;
+  if (bytes > 0) std::memset(workspace, 0xCD, bytes);
+  const int algo1 = bytes >= kAlgo1Workspace ? kSuccess : kBadParam;
+  const AlgoPerf found[2] = {{0, kSuccess, 0.25f, 0, 1, g.conv->math, {0, 0, 0}},
+                             {1, algo1, 0.5f, kAlgo1Workspace, 0, g.conv->math, {0, 0, 0}}};
+  *returned = std::min(requested, 2);
+  std::copy(found, found + *returned, perf);
+  std::lock_guard lock(mutex);
+  last_find = std::string(name) + "(workspace=" + std::to_string(bytes) + ")";
+  return kSuccess;
 }
 
 // What every convolution checks before it runs: handle, descriptors, pointers, algorithm and workspace.
@@ -406,6 +434,26 @@ int cudnnGetConvolutionBackwardFilterAlgorithm_v7(void* handle, void* xDesc, voi
   return algorithms(handle, xDesc, dwDesc, convDesc, dyDesc, requested, returned, perf);
 }
 
+int cudnnFindConvolutionForwardAlgorithmEx(void* handle, void* xDesc, const void* x, void* wDesc, const void* w,
+                                           void* convDesc, void* yDesc, void* y, int requested, int* returned,
+                                           AlgoPerf* perf, void* workspace, size_t bytes) {
+  return find("cudnnFindConvolutionForwardAlgorithmEx", handle, xDesc, wDesc, convDesc, yDesc, {x, w, y}, requested,
+              returned, perf, workspace, bytes);
+}
+int cudnnFindConvolutionBackwardDataAlgorithmEx(void* handle, void* wDesc, const void* w, void* dyDesc,
+                                                const void* dy, void* convDesc, void* dxDesc, void* dx, int requested,
+                                                int* returned, AlgoPerf* perf, void* workspace, size_t bytes) {
+  return find("cudnnFindConvolutionBackwardDataAlgorithmEx", handle, dxDesc, wDesc, convDesc, dyDesc, {w, dy, dx},
+              requested, returned, perf, workspace, bytes);
+}
+int cudnnFindConvolutionBackwardFilterAlgorithmEx(void* handle, void* xDesc, const void* x, void* dyDesc,
+                                                  const void* dy, void* convDesc, void* dwDesc, void* dw,
+                                                  int requested, int* returned, AlgoPerf* perf, void* workspace,
+                                                  size_t bytes) {
+  return find("cudnnFindConvolutionBackwardFilterAlgorithmEx", handle, xDesc, dwDesc, convDesc, dyDesc, {x, dy, dw},
+              requested, returned, perf, workspace, bytes);
+}
+
 int cudnnGetConvolutionForwardWorkspaceSize(void* handle, void* xDesc, void* wDesc, void* convDesc, void* yDesc,
                                             int algo, size_t* size) {
   return workspace_size(handle, xDesc, wDesc, convDesc, yDesc, algo, size);
@@ -428,6 +476,7 @@ int cudnnConvolutionForward(void* handle, const void* alpha, void* xDesc, const 
                                  bytes, g))
     return status;
   record(static_cast<Handle*>(handle), conv_call("cudnnConvolutionForward", algo, bytes, *g.conv));
+  if (kiln_emulated::skip_kernels()) return kSuccess;
   const Tensor &xd = *g.x, &yd = *g.y;
   const int type = xd.type;
   std::vector<double> sum(size_t(yd.n * yd.c * yd.h * yd.w), 0.0);
@@ -451,6 +500,7 @@ int cudnnConvolutionBackwardData(void* handle, const void* alpha, void* wDesc, c
                                  bytes, g))
     return status;
   record(static_cast<Handle*>(handle), conv_call("cudnnConvolutionBackwardData", algo, bytes, *g.conv));
+  if (kiln_emulated::skip_kernels()) return kSuccess;
   const Tensor &xd = *g.x, &yd = *g.y;
   const int type = xd.type;
   std::vector<double> sum(size_t(xd.n * xd.c * xd.h * xd.w), 0.0);
@@ -474,6 +524,7 @@ int cudnnConvolutionBackwardFilter(void* handle, const void* alpha, void* xDesc,
                                  bytes, g))
     return status;
   record(static_cast<Handle*>(handle), conv_call("cudnnConvolutionBackwardFilter", algo, bytes, *g.conv));
+  if (kiln_emulated::skip_kernels()) return kSuccess;
   const Tensor &xd = *g.x, &yd = *g.y;
   const Filter& wd = *g.w;
   const int type = xd.type;
@@ -505,6 +556,7 @@ int cudnnBatchNormalizationForwardTraining(void* handle, int mode, const void* a
   if (runningMean && m < 2) return kBadParam;  // no unbiased variance of one value
   record(static_cast<Handle*>(handle),
          "cudnnBatchNormalizationForwardTraining(factor=" + number(factor) + ", epsilon=" + number(epsilon) + ")");
+  if (kiln_emulated::skip_kernels()) return kSuccess;
   const double a = scalar(alpha, xd->type), b = scalar(beta, xd->type);
   for (int64_t c = 0; c < xd->c; ++c) {
     const int64_t p = c * bn->cs;
@@ -541,6 +593,7 @@ int cudnnBatchNormalizationForwardInference(void* handle, int mode, const void* 
   if (!alpha || !beta || !x || !y || !bnScale || !bnBias || !estimatedMean || !estimatedVariance || !(epsilon >= 0))
     return kBadParam;
   record(static_cast<Handle*>(handle), "cudnnBatchNormalizationForwardInference(epsilon=" + number(epsilon) + ")");
+  if (kiln_emulated::skip_kernels()) return kSuccess;
   const double a = scalar(alpha, xd->type), b = scalar(beta, xd->type);
   for (int64_t c = 0; c < xd->c; ++c) {
     const int64_t p = c * bn->cs;
@@ -568,6 +621,7 @@ int cudnnBatchNormalizationBackward(void* handle, int mode, const void* alphaDat
       !dBnScaleResult || !dBnBiasResult || !(epsilon >= 0) || !savedMean != !savedInvVariance)
     return kBadParam;
   record(static_cast<Handle*>(handle), "cudnnBatchNormalizationBackward(epsilon=" + number(epsilon) + ")");
+  if (kiln_emulated::skip_kernels()) return kSuccess;
   const int type = xd->type;
   const double ad = scalar(alphaDataDiff, type), bd = scalar(betaDataDiff, type);
   const double ap = scalar(alphaParamDiff, type), bp = scalar(betaParamDiff, type);
@@ -618,6 +672,13 @@ const char* kiln_emulated_cudnn_last_call() {
 void* kiln_emulated_cudnn_last_stream() {
   std::lock_guard lock(mutex);
   return last_stream;
+}
+// The last timed search as "name(workspace=bytes)".
+const char* kiln_emulated_cudnn_last_find() {
+  static thread_local std::string copy;
+  std::lock_guard lock(mutex);
+  copy = last_find;
+  return copy.c_str();
 }
 long kiln_emulated_cudnn_calls() {
   std::lock_guard lock(mutex);

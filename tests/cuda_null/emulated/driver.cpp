@@ -6,7 +6,8 @@
 // counts the launches on each stream, kiln_emulated_launches_on, for the tests). It checks what a GPU would refuse
 // and a host would not notice: more than 1024 threads, and dynamic shared memory past 48 KiB without
 // cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) or past 227 KiB. Only what kiln's cuda/driver.hpp and
-// cuda/runtime.hpp call is here. The emulated NCCL (nccl.cpp) registers its work per stream
+// cuda/runtime.hpp call is here. KILN_EMULATED_SKIP_KERNELS=1 checks and counts launches without running them
+// (skip_kernels.hpp). The emulated NCCL (nccl.cpp) registers its work per stream
 // (kiln_emulated_set_stream_work): an event recorded after a collective is complete, and a stream or the context
 // synchronized, only once that collective is.
 #include <dlfcn.h>
@@ -22,6 +23,7 @@
 #include <string>
 
 #include "image.hpp"
+#include "skip_kernels.hpp"
 
 namespace {
 
@@ -193,7 +195,7 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   if (gy != 1 || gz != 1 || by != 1 || bz != 1) return kInvalidValue;  // (kiln's kernels use x only)
   if (bx == 0 || bx > 1024 || gx == 0 || shared > f.max_shared) return kLaunchOutOfResources;
   if (!known_stream(stream)) return kInvalidHandle;
-  f.launch(params, gx, bx);
+  if (!kiln_emulated::skip_kernels()) f.launch(params, gx, bx);
   std::lock_guard lock(device().mutex);
   ++device().launches_on[stream];
   return kSuccess;
