@@ -352,7 +352,7 @@ TEST_CASE("conv2d through cuDNN: the algorithm, its workspace and math type foll
     return test::cudnn_last_call();
   };
   // The emulated heuristics offer a non-deterministic algorithm with a 1 KB workspace first, then a deterministic one
-  // without; float stays off TF32 (FMA math, 3) unless allowed (tensor-op math, 1); 16-bit data takes tensor cores.
+  // without; float stays off TF32 (FMA math, 3) unless allowed (default math, 0); 16-bit data takes tensor cores (1).
   {
     test::CudnnScope scope(true);
     CHECK(forward_call(x, w) == "cudnnConvolutionForward(algo=1, workspace=1024, math=3, groups=1)");
@@ -366,8 +366,8 @@ TEST_CASE("conv2d through cuDNN: the algorithm, its workspace and math type foll
     CHECK(forward_call(x, w) == "cudnnConvolutionForward(algo=0, workspace=0, math=3, groups=1)");
   }
   {
-    test::CudnnScope scope(true, false, /*allow_tf32=*/true);
-    CHECK(forward_call(x, w) == "cudnnConvolutionForward(algo=1, workspace=1024, math=1, groups=1)");
+    test::CudnnScope scope(true, false, /*allow_tf32=*/true);  // default math, which lets cuDNN use TF32
+    CHECK(forward_call(x, w) == "cudnnConvolutionForward(algo=1, workspace=1024, math=0, groups=1)");
   }
   {
     // cudnn_benchmark: the timed search on the operands, given the largest workspace the heuristics ask for, and its

@@ -4,9 +4,9 @@
 // CudaUnavailableError naming it and every place tried. KILN_CUBLAS_LIBRARY names the library to load instead of
 // libcublas.so.13 / .12.
 //
-// One handle per device, created at its first use with the device's primary context current (the context kiln's
-// runtime uses, cuda/runtime.hpp) and bound to the stream kiln launches on (the default stream, 0), so cuBLAS's
-// work is ordered with kiln's kernels and copies. gemm() is the one entry point, per dtype: float and double
+// One handle per thread and device, created at its first use with the device's primary context current (the context
+// kiln's runtime uses, cuda/runtime.hpp) and bound to the thread's current stream before each call, so cuBLAS's work
+// is ordered with kiln's kernels and copies. gemm() is the one entry point, per dtype: float and double
 // through cublasSgemmStridedBatched / cublasDgemmStridedBatched, bfloat16 and float16 through
 // cublasGemmStridedBatchedEx with float compute (they accumulate in float, as the CPU path does).
 //
@@ -57,20 +57,25 @@ class Cublas {
     return *instance;
   }
 
-  // Device `device`'s handle, ready for a call on this thread: the device's context current, the math mode
-  // following matmul_allows_tf32(). Created at the first call.
+  // This thread's handle for device `device`, ready for a call: the device's context current, on the thread's
+  // current stream, the math mode following matmul_allows_tf32(). One handle per thread and device, made at the
+  // thread's first call: a stream set on a shared handle by one thread would carry another thread's products.
   blas::Handle handle(int device) {
     const Driver& driver = Driver::get();
-    std::lock_guard lock(mutex_);
-    PerDevice& d = devices_[device];
-    if (!d.context) {
-      // The primary context, as DeviceContext retains it: cuBLAS works in the context current at its calls.
-      int dev = 0;
-      driver.require(driver.symbol<int (*)(int*, int)>("cuDeviceGet")(&dev, device), "cuDeviceGet");
-      driver.require(driver.symbol<int (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&d.context, dev),
-                     "cuDevicePrimaryCtxRetain");
+    {
+      std::lock_guard lock(mutex_);
+      void*& context = contexts_[device];
+      if (!context) {
+        // The primary context, as DeviceContext retains it: cuBLAS works in the context current at its calls.
+        int dev = 0;
+        driver.require(driver.symbol<int (*)(int*, int)>("cuDeviceGet")(&dev, device), "cuDeviceGet");
+        driver.require(driver.symbol<int (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&context, dev),
+                       "cuDevicePrimaryCtxRetain");
+      }
+      driver.require(set_current_(context), "cuCtxSetCurrent");
     }
-    driver.require(set_current_(d.context), "cuCtxSetCurrent");
+    thread_local std::map<int, PerThread> mine;
+    PerThread& d = mine[device];
     if (!d.handle) require(create_(&d.handle), "cublasCreate_v2");
     // On the thread's current stream (cuda/stream.hpp), as kiln's own kernels.
     require(set_stream_(d.handle, reinterpret_cast<void*>(current_stream_of(device))), "cublasSetStream_v2");
@@ -134,8 +139,7 @@ class Cublas {
   using GemmExFn = int (*)(blas::Handle, int, int, int, int, int, const void*, const void*, int, int, long long,
                            const void*, int, int, long long, const void*, void*, int, int, long long, int, int, int);
 
-  struct PerDevice {
-    void* context = nullptr;
+  struct PerThread {
     blas::Handle handle = nullptr;
     int math = -1;  // the mode last set on the handle
   };
@@ -168,7 +172,7 @@ class Cublas {
   GemmExFn gemm_ex_;
   int (*set_current_)(void*);
   std::mutex mutex_;
-  std::map<int, PerDevice> devices_;
+  std::map<int, void*> contexts_;  // each device's primary context, retained once
 };
 
 }  // namespace kiln::cuda

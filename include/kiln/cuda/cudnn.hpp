@@ -116,12 +116,14 @@ class Cudnn {
     return ok;
   }
 
-  // Device `device`'s handle, ready for a call on this thread: the device's context current, bound to the thread's
-  // current stream (cuda/stream.hpp), so cuDNN's work is ordered with kiln's kernels. Created at the first call.
+  // This thread's handle for device `device`, ready for a call: the device's context current, bound to the thread's
+  // current stream (cuda/stream.hpp), so cuDNN's work is ordered with kiln's kernels. One handle per thread and
+  // device, made at the thread's first call (never destroyed: a handle lives as long as the process): cuDNN forbids
+  // two threads using one handle at once, and a shared handle's stream, set by one thread, would be another's.
   dnn::Handle handle(int device) {
     DeviceContext::get(device).make_current();
-    std::lock_guard lock(mutex_);
-    dnn::Handle& h = handles_[device];
+    thread_local std::map<int, dnn::Handle> handles;
+    dnn::Handle& h = handles[device];
     if (!h) require(create_(&h), "cudnnCreate");
     require(set_stream_(h, reinterpret_cast<void*>(current_stream_of(device))), "cudnnSetStream");
     return h;
@@ -206,8 +208,6 @@ class Cudnn {
   static constexpr const char* kind_names_[3] = {"Tensor", "Filter", "Convolution"};
   int (*create_descriptor_[3])(dnn::Descriptor*) = {};
   int (*destroy_[3])(dnn::Descriptor) = {};
-  std::mutex mutex_;
-  std::map<int, dnn::Handle> handles_;
 };
 
 }  // namespace kiln::cuda

@@ -90,8 +90,10 @@ bool cudnn_batch_norm_applies(const Tensor<T>& x, const Tensor<T>& running_mean,
   } else {
     const bool stats = running_mean.defined() == running_var.defined() &&
                        (!running_mean.defined() || (running_mean.is_contiguous() && running_var.is_contiguous()));
-    // cuDNN 8 takes eps >= 1e-5 (CUDNN_BN_MIN_EPSILON), cuDNN 9 any eps >= 0.
-    return x.is_cuda() && x.dim() >= 2 && x.dim() <= 4 && x.numel() > 0 && x.numel() <= INT_MAX && stats &&
+    // cuDNN 8 takes eps >= 1e-5 (CUDNN_BN_MIN_EPSILON), cuDNN 9 any eps >= 0; batches past 880801 PyTorch keeps off
+    // cuDNN's batch norm (its kernels' limit), and so does kiln.
+    return x.is_cuda() && x.dim() >= 2 && x.dim() <= 4 && x.numel() > 0 && x.numel() < INT_MAX &&
+           x.size(0) <= 880801 && stats &&
            eps >= 0 && cuda::Cudnn::usable(x.device().index()) && (eps >= 1e-5 || cuda::Cudnn::get().version() >= 90000);
   }
 }

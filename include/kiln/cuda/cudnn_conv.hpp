@@ -37,8 +37,9 @@ inline CudnnConvPassApi cudnn_conv_api(ConvPass pass) {
   }
 }
 
-// The largest workspace cudnn_benchmark's timed search offers the algorithms (PyTorch offers what the device has).
-inline constexpr size_t kCudnnFindWorkspaceLimit = size_t(1) << 30;
+// The largest workspace kiln gives a convolution, and cudnn_benchmark's timed search (an algorithm that asks for more
+// is passed over; PyTorch tries to allocate what an algorithm asks and passes over it when that fails).
+inline constexpr size_t kCudnnWorkspaceLimit = size_t(1) << 30;
 
 // The descriptors of one convolution: x [N, C, H, W], w [K, C / groups, kh, kw], y [N, K, Ho, Wo], all contiguous.
 template <Dtype T>
@@ -97,18 +98,17 @@ struct CudnnConvolution {
     }
   }
 
-  // The math type a call may use: 16-bit data on tensor cores; float on them only where TF32 is allowed (FMA math
-  // keeps cuDNN off TF32); double as cuDNN likes.
+  // The math type a call asks for, as PyTorch's: 16-bit data on tensor cores; float in FMA math unless TF32 is allowed
+  // (default math lets cuDNN use TF32 from Ampere on); double in default math.
   static int allowed_math() {
     if constexpr (is_half_v<T>) return cuda::dnn::kTensorOpMath;
     else if constexpr (std::is_same_v<T, float>)
-      return cuda::cudnn_allows_tf32() ? cuda::dnn::kTensorOpMath : cuda::dnn::kFmaMath;
+      return cuda::cudnn_allows_tf32() ? cuda::dnn::kDefaultMath : cuda::dnn::kFmaMath;
     else return cuda::dnn::kDefaultMath;
   }
+  // Whether an offered algorithm's math type keeps to that: a float convolution without TF32 takes FMA math only.
   static bool math_fits(int math) {
-    if constexpr (std::is_same_v<T, float>)
-      return cuda::cudnn_allows_tf32() || (math != cuda::dnn::kTensorOpMath &&
-                                           math != cuda::dnn::kTensorOpMathAllowConversion);
+    if constexpr (std::is_same_v<T, float>) return cuda::cudnn_allows_tf32() || math == cuda::dnn::kFmaMath;
     else return true;
   }
 
@@ -145,7 +145,7 @@ struct CudnnConvolution {
       // run every algorithm on these operands.
       size_t bytes = 0;
       for (int i = 0; i < std::min(count, 16); ++i)
-        if (perf[i].status == 0 && perf[i].memory <= kCudnnFindWorkspaceLimit) bytes = std::max(bytes, perf[i].memory);
+        if (perf[i].status == 0 && perf[i].memory <= kCudnnWorkspaceLimit) bytes = std::max(bytes, perf[i].memory);
       Tensor<float> workspace;
       if (bytes > 0)
         workspace = Tensor<float>(cuda_empty<float>({int64_t((bytes + 3) / 4)}, Device(kCUDA, device)));
@@ -157,7 +157,8 @@ struct CudnnConvolution {
     }
     for (int i = 0; i < std::min(count, 16); ++i) {
       const cuda::dnn::AlgoPerf& p = perf[i];
-      if (p.status != 0 || !math_fits(p.math_type) || (deterministic && p.determinism != cuda::dnn::kDeterministic))
+      if (p.status != 0 || !math_fits(p.math_type) || (deterministic && p.determinism != cuda::dnn::kDeterministic) ||
+          p.memory > kCudnnWorkspaceLimit)
         continue;
       set_math(p.math_type);
       Choice c{p.algo, p.math_type, 0};
@@ -221,12 +222,14 @@ struct CudnnConvolutionBackward : autograd::Node {
   int64_t groups_;
 };
 
-// Whether conv2d of x by weight into y_shape goes through cuDNN: enabled and usable on x's device, and every
-// tensor's elements counted in an int (the legacy descriptors' dims and strides are ints).
+// Whether conv2d of x by weight into y_shape goes through cuDNN: enabled and usable on x's device, every tensor's
+// elements and the geometry's numbers within an int (the legacy descriptors hold ints).
 template <Dtype T>
-bool cudnn_conv2d_applies(const Tensor<T>& x, const Tensor<T>& weight, const Shape& y_shape) {
-  return x.is_cuda() && x.numel() > 0 && x.numel() <= INT_MAX && weight.numel() <= INT_MAX &&
-         numel_of(y_shape) <= INT_MAX && cuda::Cudnn::usable(x.device().index());
+bool cudnn_conv2d_applies(const Tensor<T>& x, const Tensor<T>& weight, const Shape& y_shape,
+                          const nn::Conv2dGeometry& g, int64_t groups) {
+  const bool ints = std::max({g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, groups}) <= INT_MAX;
+  return x.is_cuda() && x.numel() > 0 && x.numel() < INT_MAX && weight.numel() < INT_MAX &&
+         numel_of(y_shape) < INT_MAX && ints && cuda::Cudnn::usable(x.device().index());
 }
 
 // y [N, K, Ho, Wo] = conv2d(x, weight) without bias, on x's device, recording its backward when x or weight requires

@@ -27,7 +27,8 @@ namespace kiln::detail {
 template <bool kAdjoint, Dtype T>
 Tensor<T> cuda_conv_columns(const Tensor<T>& src, const Shape& out_shape, const std::array<int64_t, 12>& geometry);
 template <Dtype T>
-bool cudnn_conv2d_applies(const Tensor<T>& x, const Tensor<T>& weight, const Shape& y_shape);
+bool cudnn_conv2d_applies(const Tensor<T>& x, const Tensor<T>& weight, const Shape& y_shape,
+                          const nn::Conv2dGeometry& g, int64_t groups);
 template <Dtype T>
 Tensor<T> cudnn_conv2d(const Tensor<T>& x, const Tensor<T>& weight, const nn::Conv2dGeometry& g, int64_t groups,
                        const Shape& y_shape);
@@ -216,7 +217,7 @@ Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& b
   Tensor<T> out = [&] {
 #ifdef KILN_WITH_CUDA
     const Shape y_shape{x.size(0), cout, ho, wo};
-    if (kiln::detail::cudnn_conv2d_applies(x, weight, y_shape))
+    if (kiln::detail::cudnn_conv2d_applies(x, weight, y_shape, g, groups))
       return kiln::detail::cudnn_conv2d(x, weight, g, groups, y_shape);
 #endif
     if constexpr (detail::winograd_dtype<T>)

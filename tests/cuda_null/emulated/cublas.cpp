@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "kiln/core/dtype.hpp"
+#include "elements.hpp"
 #include "skip_kernels.hpp"
 
 namespace {
@@ -32,22 +32,14 @@ std::string last_call;
 long calls = 0;
 void* last_stream = nullptr;
 
-double load(const void* p, int64_t i, int type) {
-  switch (type) {
-    case kFloat32: return static_cast<const float*>(p)[i];
-    case kFloat64: return static_cast<const double*>(p)[i];
-    case kBFloat16: return float(static_cast<const kiln::bfloat16*>(p)[i]);
-    default: return float(static_cast<const kiln::float16*>(p)[i]);
-  }
+// This library's type codes as the elements they name (elements.hpp): float, double, bfloat16, else float16.
+kiln_emulated::Element element(int type) {
+  using kiln_emulated::Element;
+  return type == kFloat32 ? Element::Float32 : type == kFloat64 ? Element::Float64
+                          : type == kBFloat16 ? Element::BFloat16 : Element::Float16;
 }
-void store(void* p, int64_t i, int type, double v) {
-  switch (type) {
-    case kFloat32: static_cast<float*>(p)[i] = float(v); break;
-    case kFloat64: static_cast<double*>(p)[i] = v; break;
-    case kBFloat16: static_cast<kiln::bfloat16*>(p)[i] = kiln::bfloat16(float(v)); break;
-    default: static_cast<kiln::float16*>(p)[i] = kiln::float16(float(v)); break;
-  }
-}
+double load(const void* p, int64_t i, int type) { return kiln_emulated::load(p, i, element(type)); }
+void store(void* p, int64_t i, int type, double v) { kiln_emulated::store(p, i, element(type), v); }
 
 // C[b] = alpha op(A[b]) op(B[b]) + beta C[b] for every batch b, column-major; alpha and beta as doubles.
 int gemm(const char* name, Handle* h, int ta, int tb, int m, int n, int k, double alpha, const void* A, int atype,

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/core/dtype.hpp"
+#include "elements.hpp"
 #include "skip_kernels.hpp"
 
 namespace {
@@ -82,22 +82,14 @@ T* as(void* p, Kind kind) {
   return p && *static_cast<const Kind*>(p) == kind ? static_cast<T*>(p) : nullptr;
 }
 
-double load(const void* p, int64_t i, int type) {
-  switch (type) {
-    case kFloat32: return static_cast<const float*>(p)[i];
-    case kFloat64: return static_cast<const double*>(p)[i];
-    case kBFloat16: return float(static_cast<const kiln::bfloat16*>(p)[i]);
-    default: return float(static_cast<const kiln::float16*>(p)[i]);
-  }
+// This library's type codes as the elements they name (elements.hpp): float, double, bfloat16, else float16.
+kiln_emulated::Element element(int type) {
+  using kiln_emulated::Element;
+  return type == kFloat32 ? Element::Float32 : type == kFloat64 ? Element::Float64
+                          : type == kBFloat16 ? Element::BFloat16 : Element::Float16;
 }
-void store(void* p, int64_t i, int type, double v) {
-  switch (type) {
-    case kFloat32: static_cast<float*>(p)[i] = float(v); break;
-    case kFloat64: static_cast<double*>(p)[i] = v; break;
-    case kBFloat16: static_cast<kiln::bfloat16*>(p)[i] = kiln::bfloat16(float(v)); break;
-    default: static_cast<kiln::float16*>(p)[i] = kiln::float16(float(v)); break;
-  }
-}
+double load(const void* p, int64_t i, int type) { return kiln_emulated::load(p, i, element(type)); }
+void store(void* p, int64_t i, int type, double v) { kiln_emulated::store(p, i, element(type), v); }
 // out = alpha * value + beta * out, beta 0 not reading out.
 void blend(void* p, int64_t i, int type, double alpha, double value, double beta) {
   store(p, i, type, alpha * value + (beta == 0 ? 0.0 : beta * load(p, i, type)));
