@@ -25,7 +25,7 @@ flags=(-std=c++20 -O2 -march=x86-64-v2 -DHWY_COMPILE_ONLY_STATIC=1 -DKILN_WITH_C
        -I/usr/include/eigen3 -Wl,-rpath,'$ORIGIN/lib')
 # Each translation unit is its own job (they build side by side on every core).
 pids=()
-for src in tests/main.cpp tests/cuda_null/test_emulated_{device,autograd,indexing,matmul,nn,attention,nccl}.cpp; do
+for src in tests/main.cpp tests/cuda_null/test_emulated_{device,autograd,indexing,matmul,nn,attention,nccl,linalg}.cpp; do
   g++ "${flags[@]}" -c "$src" -o "$out/obj/$(basename "$src" .cpp).o" & pids+=($!)
 done
 g++ "${flags[@]}" bench/gpu_bench.cpp -o "$out/gpu_bench" -ldl -lhwy & pids+=($!)

@@ -69,10 +69,11 @@ struct CholeskyBackward : autograd::Node {
 
 // The Cholesky factor of each symmetric positive-definite matrix (torch.linalg.cholesky).
 template <Operand X>
-auto cholesky(const X& x, bool upper = false) {
+Tensor<typename X::value_type> cholesky(const X& x, bool upper = false) {
   using T = typename X::value_type;
   detail::require_float<T>();
   const Tensor<T> a = detail::as_tensor(x);
+  if (detail::on_cuda("linalg.cholesky", a)) return cholesky(a.cpu(), upper).to(a.device());
   detail::require_square("linalg.cholesky", "A", a.shape());
   const detail::Stack<T> A(a), F(a.shape(), "linalg.cholesky");
   const detail::Failure failed = detail::for_each_matrix(A.count, detail::cubic_cost(A.rows) / 3, [&](int64_t i) {

@@ -2,7 +2,7 @@
 // What every kiln::linalg function shares: the dtype rule (float or double), shape checks with
 // torch.linalg's wording, LinAlgError, a batch of matrices as Eigen maps, the loop over a batch (in
 // parallel, failures reported by the lowest batch index), broadcasting of two operands' batch dims, and
-// the recording of a backward node.
+// the recording of a backward node; CUDA operands go through the host (on_cuda).
 #include <atomic>
 #include <memory>
 #include <type_traits>
@@ -146,6 +146,19 @@ std::pair<Tensor<T>, Tensor<T>> broadcast_batch(const Tensor<T>& a, const Tensor
     return s == t.shape() ? t : t.expand(s);
   };
   return {expanded(a), expanded(b)};
+}
+
+// kiln::linalg computes with Eigen on the host. A function given CUDA tensors calls itself on host copies and
+// moves its results back (`return f(a.cpu()).to(a.device())`): Tensor::to's copies are differentiable, so gradients
+// reach the device tensors. Each call synchronizes with the device, as torch's linalg functions that check the
+// factorization's info do. True when the operands are on a CUDA device; operands on two devices are refused.
+template <class T, class... Ts>
+bool on_cuda([[maybe_unused]] const char* op, const Tensor<T>& a, const Tensor<Ts>&... rest) {
+  (check<std::invalid_argument>(rest.device() == a.device(), op, ": A of shape ", a.shape(), " is on ", a.device().str(),
+                                " but B of shape ", rest.shape(), " is on ", rest.device().str(),
+                                "; move them to one device first (.to(device))"),
+   ...);
+  return a.is_cuda();
 }
 
 // True when a node should be recorded for an op on these inputs.

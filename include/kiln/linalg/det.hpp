@@ -17,6 +17,7 @@ template <Dtype T>
 struct SlogdetResult {
   Tensor<T> sign;
   Tensor<T> logabsdet;
+  SlogdetResult to(Device device) const { return {sign.to(device), logabsdet.to(device)}; }
 };
 
 namespace detail {
@@ -98,10 +99,11 @@ std::pair<Tensor<T>, Tensor<T>> lu_determinants(const Tensor<T>& a, bool log_abs
 
 // The determinant of each square matrix (torch.linalg.det): [*, n, n] -> [*].
 template <Operand X>
-auto det(const X& x) {
+Tensor<typename X::value_type> det(const X& x) {
   using T = typename X::value_type;
   detail::require_float<T>();
   const Tensor<T> a = detail::as_tensor(x);
+  if (detail::on_cuda("linalg.det", a)) return det(a.cpu()).to(a.device());
   const Tensor<T> d = detail::lu_determinants(a, false, "linalg.det").first;
   if (detail::needs_grad(a)) detail::record(d, std::make_shared<detail::DetBackward<T, false>>(a, d));
   return d;
@@ -110,10 +112,11 @@ auto det(const X& x) {
 // sign and log|det| of each square matrix (torch.linalg.slogdet); a singular matrix gives sign 0 and
 // logabsdet -inf. The gradient flows through logabsdet.
 template <Operand X>
-auto slogdet(const X& x) {
+SlogdetResult<typename X::value_type> slogdet(const X& x) {
   using T = typename X::value_type;
   detail::require_float<T>();
   const Tensor<T> a = detail::as_tensor(x);
+  if (detail::on_cuda("linalg.slogdet", a)) return slogdet(a.cpu()).to(a.device());
   auto [sign, logabsdet] = detail::lu_determinants(a, true, "linalg.slogdet");
   if (detail::needs_grad(a)) detail::record(logabsdet, std::make_shared<detail::DetBackward<T, true>>(a, logabsdet));
   return SlogdetResult<T>{sign, logabsdet};

@@ -21,6 +21,7 @@ template <Dtype T>
 struct EighResult {
   Tensor<T> eigenvalues;
   Tensor<T> eigenvectors;
+  EighResult to(Device device) const { return {eigenvalues.to(device), eigenvectors.to(device)}; }
 };
 
 namespace detail {
@@ -67,6 +68,7 @@ struct EighBackward : autograd::Node {
 template <class T>
 EighResult<T> eigh_impl(const Tensor<T>& a, std::string_view uplo, bool vectors, const char* op) {
   require_float<T>();
+  if (on_cuda(op, a)) return eigh_impl(a.cpu(), uplo, vectors, op).to(a.device());
   require_square(op, "A", a.shape());
   check(uplo == "L" || uplo == "U", op, ": UPLO must be \"L\" or \"U\", got \"", uplo, "\"");
   const bool grad = needs_grad(a);

@@ -25,10 +25,13 @@ struct LstsqResult {
   Tensor<T> residuals;
   Tensor<int64_t> rank;
   Tensor<T> singular_values;
+  LstsqResult to(Device device) const {
+    return {solution.to(device), residuals.to(device), rank.to(device), singular_values.to(device)};
+  }
 };
 
 template <Operand XA, Operand XB>
-auto lstsq(const XA& a_in, const XB& b_in, std::optional<double> rcond = std::nullopt,
+LstsqResult<typename XA::value_type> lstsq(const XA& a_in, const XB& b_in, std::optional<double> rcond = std::nullopt,
            std::string_view driver = "gelsy") {
   using T = typename XA::value_type;
   static_assert(std::is_same_v<T, typename XB::value_type>,
@@ -36,6 +39,7 @@ auto lstsq(const XA& a_in, const XB& b_in, std::optional<double> rcond = std::nu
   detail::require_float<T>();
   const char* op = "linalg.lstsq";
   const Tensor<T> a0 = detail::as_tensor(a_in), b0 = detail::as_tensor(b_in);
+  if (detail::on_cuda(op, a0, b0)) return lstsq(a0.cpu(), b0.cpu(), rcond, driver).to(a0.device());
   detail::require_matrix(op, "A", a0.shape());
   check(driver == "gelsy" || driver == "gelsd" || driver == "gelss" || driver == "gels", op,
         ": driver must be \"gelsy\", \"gelsd\", \"gelss\" or \"gels\", got \"", driver, "\"");

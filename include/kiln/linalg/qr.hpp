@@ -18,13 +18,15 @@ template <Dtype T>
 struct QRResult {
   Tensor<T> Q;
   Tensor<T> R;
+  QRResult to(Device device) const { return {Q.to(device), R.to(device)}; }
 };
 
 template <Operand X>
-auto qr(const X& x, std::string_view mode = "reduced") {
+QRResult<typename X::value_type> qr(const X& x, std::string_view mode = "reduced") {
   using T = typename X::value_type;
   detail::require_float<T>();
   const Tensor<T> a = detail::as_tensor(x);
+  if (detail::on_cuda("linalg.qr", a)) return qr(a.cpu(), mode).to(a.device());
   detail::require_matrix("linalg.qr", "A", a.shape());
   check(mode == "reduced" || mode == "complete" || mode == "r", "linalg.qr: mode must be \"reduced\", \"complete\" or ",
         "\"r\", got \"", mode, "\"");

@@ -92,6 +92,7 @@ Tensor<typename XA::value_type> solve(const XA& a_in, const XB& b_in, bool left 
                 "kiln: operands of linalg::solve have different dtypes; convert one with .to<T>()");
   detail::require_float<T>();
   const Tensor<T> a = detail::as_tensor(a_in), b = detail::as_tensor(b_in);
+  if (detail::on_cuda("linalg.solve", a, b)) return solve(a.cpu(), b.cpu(), left).to(a.device());
   detail::require_square("linalg.solve", "A", a.shape());
   const bool vector = detail::is_vector_rhs(a.shape(), b.shape());
   // X A = B is A^T X^T = B^T: views, so gradients flow through the transposes. PyTorch refuses a vector B there.
@@ -112,10 +113,11 @@ Tensor<typename XA::value_type> solve(const XA& a_in, const XB& b_in, bool left 
 
 // The inverse of each square matrix (torch.linalg.inv).
 template <Operand X>
-auto inv(const X& x) {
+Tensor<typename X::value_type> inv(const X& x) {
   using T = typename X::value_type;
   detail::require_float<T>();
   const Tensor<T> a = detail::as_tensor(x);
+  if (detail::on_cuda("linalg.inv", a)) return inv(a.cpu()).to(a.device());
   detail::require_square("linalg.inv", "A", a.shape());
   const detail::Stack<T> A(a), Y(a.shape(), "linalg.inv");
   const detail::Failure failed = detail::for_each_matrix(A.count, 2 * detail::cubic_cost(A.rows), [&](int64_t i) {

@@ -17,6 +17,7 @@ struct SVDResult {
   Tensor<T> U;
   Tensor<T> S;
   Tensor<T> Vh;
+  SVDResult to(Device device) const { return {U.to(device), S.to(device), Vh.to(device)}; }
 };
 
 namespace detail {
@@ -24,6 +25,7 @@ namespace detail {
 template <class T>
 SVDResult<T> svd_impl(const Tensor<T>& a, bool full_matrices, bool vectors, const char* op) {
   require_float<T>();
+  if (on_cuda(op, a)) return svd_impl(a.cpu(), full_matrices, vectors, op).to(a.device());
   require_matrix(op, "A", a.shape());
   refuse_grad(op, a);
   const Stack<T> A(a);
