@@ -1,6 +1,6 @@
 // float16 tensors: stored 16-bit, computed in float, rounded to nearest even on every store: casts from float,
 // double and strided views (for bfloat16 too: the vectorized dense conversions against the scalar ones), fused arithmetic, AnyTensor::to(kHalf), reductions and matmul accumulating in
-// float (a float16 accumulator would stop at 2048 when adding ones), softmax, printing and a gradient.
+// float (a float16 accumulator would stop at 2048 when adding ones), softmax, printing, and gradients of 16-bit leaves.
 #include <doctest/doctest.h>
 
 #include "kiln/tensor/linalg.hpp"
@@ -131,6 +131,45 @@ TEST_CASE("float16 tensors take part in autograd (gradients in float16)") {
   w.requires_grad_();
   sum(matmul(x.detach().unsqueeze(0), w)).backward();
   CHECK(bits_of(w.grad()) == rounded({1.5, 1.5, -2.0, -2.0, 0.25, 0.25}));
+}
+
+// Gradients of a 16-bit leaf through every reduction equal float's on the same (rounded) values, within a few
+// rounding steps of the 16-bit type: the backward computes in float and rounds where it stores.
+TEST_CASE_TEMPLATE("16-bit leaves: gradients through the reductions, softmax and cumsum equal float's", H, bfloat16,
+                   float16) {
+  Generator g(17);
+  const Tensor<float> values = randn<float>({5, 7}, &g).to<H>().template to<float>();  // exact in H
+  const double tol = 4 * double(std::numeric_limits<float>::epsilon()) *
+                     (std::is_same_v<H, bfloat16> ? 1 << 16 : 1 << 13);  // 4 ulp of H: 2^-6 and 2^-9
+  auto check_gradient = [&](const char* name, auto f) {
+    INFO(name);
+    Tensor<float> reference = values.clone();
+    reference.requires_grad_();
+    sum(f(reference)).backward();
+    Tensor<H> x = values.to<H>();
+    x.requires_grad_();
+    sum(f(x)).backward();
+    REQUIRE(x.grad().dtype() == scalar_type_of<H>());
+    const std::vector<double> got = test::values_of(x.grad()), want = test::values_of(reference.grad());
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("element ", i, ": ", got[i], ", float gives ", want[i]);
+      CHECK(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
+    }
+  };
+  check_gradient("amax", [](const auto& t) { return amax(t, 1) * 3.0f; });
+  check_gradient("amin over dims 0 and 1", [](const auto& t) { return amin(t, Dims{0, 1}) * 3.0f; });
+  check_gradient("max along a dim", [](const auto& t) { return std::get<0>(max(t, 0)) * 2.0f; });
+  check_gradient("prod", [](const auto& t) { return prod(t, 0); });
+  check_gradient("var", [](const auto& t) { return var(t, 1); });
+  check_gradient("std", [](const auto& t) { return kiln::std(t, 0); });
+  check_gradient("norm 2", [](const auto& t) { return norm(t, 2.0, Dims{1}); });
+  check_gradient("norm 3", [](const auto& t) { return norm(t, 3.0); });
+  check_gradient("logsumexp", [](const auto& t) { return logsumexp(t, 1); });
+  check_gradient("mean, squared", [](const auto& t) { return square(mean(t, 0)); });
+  check_gradient("softmax, squared", [](const auto& t) { return square(softmax(t, 1)); });
+  check_gradient("log_softmax, weighted", [](const auto& t) { return log_softmax(t, 1) * 0.5f; });
+  check_gradient("cumsum, squared", [](const auto& t) { return square(cumsum(t, 1)) * 0.1f; });
 }
 
 }  // namespace test_tensor_float16_tensors
