@@ -6,3 +6,4 @@
 #include "kiln/nn/module.hpp"
 #include "kiln/nn/normalization.hpp"
 #include "kiln/nn/pool.hpp"
+#include "kiln/nn/recurrent.hpp"

@@ -156,6 +156,30 @@ TEST_CASE("cat and stack route each input its slice of the gradient") {
   for (double v : x.grad().contiguous().to_vector()) CHECK(v == 2.0);
 }
 
+TEST_CASE("unbind: one node stacks the slices' gradients, zeros for a slice that got none") {
+  const Tensor<double> a = sample({3, 4, 2}, 18);
+  for (int dim : {0, 1, -1}) {
+    const auto r = autograd::gradcheck(
+        [dim](const Inputs& in) {
+          // The base transposed (strided slices); slice 1 unused, the others through different ops.
+          const std::vector<Tensor<double>> u = unbind(Tensor<double>(in[0].transpose(0, 2)).transpose(0, 2), dim);
+          std::vector<Tensor<double>> used = {Tensor<double>(u[0] * 3.0), Tensor<double>(sin(u.back()))};
+          return stack(used, 0);
+        },
+        {a});
+    INFO("dim ", dim, ": ", r.message);
+    CHECK(r.ok);
+  }
+  Tensor<double> x = a.clone().requires_grad_();
+  const std::vector<Tensor<double>> rows = unbind(x, 0);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].grad_fn()->name() == "UnbindBackward");
+  CHECK(rows[0].grad_fn() == rows[2].grad_fn());
+  sum(rows[2] * 2.0).backward();
+  const std::vector<double> g = x.grad().contiguous().to_vector();
+  for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == (i >= 16 ? 2.0 : 0.0));
+}
+
 TEST_CASE("every view passes gradcheck, on contiguous and transposed bases") {
   using indexing::Slice;
   const Tensor<double> x = sample({2, 3, 4}, 17);

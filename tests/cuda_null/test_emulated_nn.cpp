@@ -1,6 +1,6 @@
 // Pooling and normalization of CUDA tensors (cuda/pool.hpp; nn/normalization.hpp's device path): the same layers
 // run on the CPU and on the device, values, gradients and batch norm's running statistics compared; then the
-// Fashion-MNIST CNN's layers after its convolutions. On the emulated device in CI, on a GPU by tests/gpu/run.sh.
+// Fashion-MNIST CNN's layers after its convolutions, and the recurrent modules. On the emulated device in CI, on a GPU by tests/gpu/run.sh.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -241,6 +241,29 @@ TEST_CASE("the Fashion-MNIST CNN's layers after a convolution train on the devic
   host->eval();
   device->eval();
   expect_close(device(x.to(kCuda0)).detach().cpu(), host(x).detach(), 1e-5, "evaluation after training");
+}
+
+TEST_CASE("LSTM, GRU and RNN on the device: outputs, final states and every gradient as on the CPU" * no_device()) {
+  Generator g(12);
+  const Tensor<float> x = randn<float>({4, 3, 5}, &g);
+  auto check = [&](auto host, auto device, const std::string& what) {
+    copy_state(host, device);
+    // The output and the last layer's final hidden state, so that both reach the loss.
+    expect_same(x, [&](const Tensor<float>& in) {
+      auto [out, state] = (in.is_cuda() ? device : host)(in);
+      Tensor<float> h_n;
+      if constexpr (std::is_same_v<decltype(host), nn::LSTM>) h_n = std::get<0>(state);
+      else h_n = state;
+      return Tensor<float>(cat({out.flatten(), h_n.flatten()}, 0));
+    }, 1e-5, what);
+    expect_same_state(device, host, 1e-5, what);
+  };
+  const auto lstm = nn::LSTMOptions(5, 4).num_layers(2).bidirectional(true);
+  check(nn::LSTM(lstm), nn::LSTM(lstm), "LSTM, 2 layers, bidirectional");
+  const auto gru = nn::GRUOptions(5, 3).batch_first(true);
+  check(nn::GRU(gru), nn::GRU(gru), "GRU, batch_first");
+  const auto rnn = nn::RNNOptions(5, 4).nonlinearity(nn::kReLU);
+  check(nn::RNN(rnn), nn::RNN(rnn), "RNN, relu");
 }
 
 }  // namespace test_cuda_emulated_nn

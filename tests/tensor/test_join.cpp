@@ -1,4 +1,4 @@
-// cat and stack: values against index arithmetic, negative dims, strided inputs, zero-size parts, errors.
+// cat, stack and unbind: values against index arithmetic, negative dims, strided inputs, zero-size parts, errors.
 #include <doctest/doctest.h>
 
 #include "kiln/kiln.hpp"
@@ -88,6 +88,24 @@ TEST_CASE("stack inserts a new dim") {
                        "(all tensors must have the same shape)",
                        ShapeError);
   CHECK_THROWS_AS(stack({a, b}, 3), std::out_of_range);
+}
+
+TEST_CASE("unbind gives the slices along a dim as views; stack of them is the input") {
+  const Tensor<float> x = iota({2, 3, 4});
+  for (int dim : {0, 1, 2, -1}) {
+    const std::vector<Tensor<float>> parts = unbind(x, dim);
+    REQUIRE(int64_t(parts.size()) == x.size(dim));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      CHECK(parts[i].to_vector() == x.select(dim, int64_t(i)).contiguous().to_vector());
+      CHECK(parts[i].data_ptr() == x.select(dim, int64_t(i)).data_ptr());  // a view, no copy
+    }
+    CHECK(stack(parts, dim).to_vector() == x.to_vector());
+  }
+  CHECK(unbind(zeros<float>({0, 3}), 0).empty());
+  CHECK_THROWS_WITH_AS(unbind(x, 3), "unbind: dim 3 is out of range for a tensor of 3 dims (expected in [-3, 2])",
+                       std::out_of_range);
+  CHECK_THROWS_WITH_AS(unbind(Tensor<float>(full<float>({}, 1.0f)), 0), "unbind: a 0-dim tensor has no dim to unbind",
+                       ShapeError);
 }
 
 }  // namespace test_tensor_join

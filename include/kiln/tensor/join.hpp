@@ -4,6 +4,8 @@
 // is on the inputs' device (CUDA tensors are copied by one kernel each in programs built with KILN_WITH_CUDA);
 // inputs on two devices are refused, as torch's.
 // Backward: each input gets its slice of the gradient (stack is cat of unsqueezed inputs).
+// unbind, as torch.unbind, is stack's inverse: the slices along a dim as views, with one backward node for all.
+#include <algorithm>
 #include <initializer_list>
 #include <span>
 #include <vector>
@@ -40,6 +42,40 @@ struct CatBackward : Node {
  private:
   int dim_;
   std::vector<int64_t> sizes_;
+};
+
+// The backward of unbind: the slices' gradients stacked into one tensor of the input's shape (zeros for a slice that
+// got none). With a select per slice instead, each slice would send back a zeroed tensor of the input's size: work
+// quadratic in the number of slices, as for the time steps of a recurrent layer.
+struct UnbindBackward : Node {
+  UnbindBackward(const ImplPtr& input, int dim) : shape_(input->shape), dim_(dim) {
+    next_edges.push_back(gradient_edge(input));
+  }
+  std::string name() const override { return "UnbindBackward"; }
+  int num_outputs() const override { return int(shape_[dim_]); }
+  GradList apply(GradList&& grads) override {
+    const auto given = std::find_if(grads.begin(), grads.end(), [](const ImplPtr& g) { return bool(g); });
+    if (given == grads.end()) return {nullptr};
+    const int64_t n = shape_[dim_];
+    const bool all = grads.size() == size_t(n) && std::all_of(grads.begin(), grads.end(), [](const ImplPtr& g) { return bool(g); });
+    const ImplPtr out = all ? TensorImpl::allocate(shape_, (*given)->dtype, "backward", (*given)->device())
+                            : zero_gradient(shape_, (*given)->dtype, (*given)->device());
+    const Strides strides = contiguous_strides(shape_);
+    Shape slice_shape;
+    Strides slice_strides;
+    for (int i = 0; i < shape_.size(); ++i)
+      if (i != dim_) {
+        slice_shape.push_back(shape_[i]);
+        slice_strides.push_back(strides[i]);
+      }
+    for (int64_t i = 0; i < n && size_t(i) < grads.size(); ++i)
+      if (grads[size_t(i)]) copy_elements(*out->view_as(slice_shape, slice_strides, i * strides[dim_]), *grads[size_t(i)]);
+    return {out};
+  }
+
+ private:
+  Shape shape_;
+  int dim_;
 };
 }  // namespace autograd
 
@@ -106,6 +142,26 @@ Tensor<T> stack(std::span<const Tensor<T>> tensors, int64_t dim = 0) {
   std::vector<Tensor<T>> parts;
   for (const Tensor<T>& t : tensors) parts.push_back(t.unsqueeze(d));
   return cat(std::span<const Tensor<T>>(parts), d);
+}
+
+// The slices of t along dim, as views (t.select(dim, i) for each i); their gradients flow back through one node.
+template <Dtype T>
+std::vector<Tensor<T>> unbind(const Tensor<T>& t, int64_t dim = 0) {
+  check<ShapeError>(t.dim() > 0, "unbind: a 0-dim tensor has no dim to unbind");
+  const int d = wrap_dim(dim, t.dim(), "unbind");
+  const bool record = GradMode::is_enabled() && t.requires_grad();
+  const Tensor<T> base = record ? t.detach() : t;
+  std::vector<Tensor<T>> slices;
+  for (int64_t i = 0; i < t.size(d); ++i) slices.push_back(base.select(d, i));
+  if (record) {
+    const auto node = std::make_shared<autograd::UnbindBackward>(t.impl_ptr(), d);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      autograd::AutogradMeta& meta = autograd::meta_of(slices[i].impl_ptr());
+      meta.grad_fn = node;
+      meta.output_nr = int(i);
+    }
+  }
+  return slices;
 }
 
 // The forms callers write: cat({a, b}, 1) and cat(vector, 1).
