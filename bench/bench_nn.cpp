@@ -1,6 +1,7 @@
 // Layers forward + backward against libtorch's C++ API (Debian's libtorch-dev; meson finds it) on the same
-// shapes, values and threads: the two convolutions and the first Linear of examples/fashion_mnist, and the
-// whole training step of its CNN (forward, cross-entropy, backward, Adam) at batch 64.
+// shapes, values and threads: the two convolutions and the first Linear of examples/fashion_mnist, the
+// whole training step of its CNN (forward, cross-entropy, backward, Adam) at batch 64, and an LSTM and a GRU
+// (L = 64 steps, batch 32, 128 inputs, 256 hidden; bench/torch_recurrent.py times PyTorch's on the same shapes).
 // docs/performance.md has the command and the figures.
 #include <benchmark/benchmark.h>
 
@@ -69,7 +70,43 @@ void CnnStep_Kiln(benchmark::State& state) {
   }
 }
 
+// The recurrent layers' shape: {steps, batch, inputs, hidden}.
+constexpr int64_t kSteps = 64, kBatch = 32, kInputs = 128, kHidden = 256;
+
+// Forward + backward of an LSTM (range 0 = 0) or a GRU (1) on `range 1` threads; the gradient reaches every weight.
+void Recurrent_Kiln(benchmark::State& state) {
+  using namespace kiln;
+  set_num_threads(int(state.range(1)));
+  manual_seed(1);
+  const Tensor<float> x = randn<float>({kSteps, kBatch, kInputs}).requires_grad_();
+  auto run = [&](auto module) {
+    for (auto _ : state) {
+      module->zero_grad();
+      sum(std::get<0>(module(x))).backward();
+      benchmark::DoNotOptimize(module->parameters()[0].grad().data_ptr());
+    }
+  };
+  if (state.range(0) == 0) run(nn::LSTM(kInputs, kHidden));
+  else run(nn::GRU(kInputs, kHidden));
+}
+
 #ifdef KILN_BENCH_LIBTORCH
+void Recurrent_LibTorch(benchmark::State& state) {
+  torch::set_num_threads(int(state.range(1)));
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({kSteps, kBatch, kInputs}).requires_grad_();
+  auto run = [&](auto module) {
+    for (auto _ : state) {
+      module->zero_grad();
+      std::get<0>(module->forward(x)).sum().backward();
+      benchmark::DoNotOptimize(module->parameters()[0].grad().data_ptr());
+    }
+  };
+  if (state.range(0) == 0) run(torch::nn::LSTM(kInputs, kHidden));
+  else run(torch::nn::GRU(kInputs, kHidden));
+}
+BENCHMARK(Recurrent_LibTorch)->ArgsProduct({{0, 1}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
+
 void Conv2d_LibTorch(benchmark::State& state) {
   const ConvShape s = kConvShapes[state.range(0)];
   torch::set_num_threads(int(state.range(1)));
@@ -127,5 +164,6 @@ BENCHMARK(CnnStep_LibTorch)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMil
 BENCHMARK(Conv2d_Kiln)->ArgsProduct({{0, 1}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(Linear_Kiln)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(CnnStep_Kiln)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(Recurrent_Kiln)->ArgsProduct({{0, 1}, {1, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -14,10 +14,14 @@
 //   nn::RNN rnn(nn::RNNOptions(8, 8).nonlinearity(nn::kReLU));
 //
 // Each layer and direction computes the input projections of every time step in one product, then per step one
-// small product with weight_hh and one fused elementwise kernel; autograd records the steps, so the backward is
-// backpropagation through time. Every op used runs on CUDA tensors as well (module->to(kCUDA)).
+// small product with weight_hh and the cell's fused elementwise kernels, without recording; one node per layer and
+// direction runs backpropagation through time (detail::RecurrentLayerBackward), with weight_hh's gradient as one
+// product over all steps. Every op used runs on CUDA tensors as well (module->to(kCUDA)).
 // A class template, like MultiheadAttention, so that only a program that uses these modules compiles them.
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -55,19 +59,33 @@ struct RecurrentState {
   Tensor<float> h, c;
 };
 
-// One time step of each cell: x_gates = x_t W_ih^T + b_ih [N, G * H] (computed for every step at once), h_gates =
-// h W_hh^T + b_hh. Gate k is columns [k H, (k + 1) H): split by unbind, whose backward is one copy into [N, G, H].
-inline std::vector<Tensor<float>> split_gates(const Tensor<float>& gates, int count, int64_t hidden) {
-  return unbind(gates.reshape({gates.size(0), count, hidden}), 1);
-}
+// Each cell: forward(x_gates, h_gates, state) makes one time step (under no-grad) from the step's input projection
+// x_gates = x_t W_ih^T + b_ih [N, G * H] and h_gates = h W_hh^T + b_hh, updating the state and returning what its
+// backward needs; backward(step, h_prev, dh, dc) turns the gradient of the step's new state (dh, and dc for the
+// LSTM, which it moves to the previous step's cell) into the gradients of x_gates and h_gates (equal but for the
+// GRU, whose reset gate scales h's projection) and the part of h_prev's gradient that does not go through h_gates.
+// Gate k is columns [k H, (k + 1) H).
+inline Tensor<float> gate(const Tensor<float>& gates, int k, int64_t hidden) { return gates.narrow(-1, k * hidden, hidden); }
+
+struct GateGradients {
+  Tensor<float> x_gates, h_gates, h_prev_direct;
+};
 
 struct RnnCell {
   static constexpr const char* kName = "RNN";
   static constexpr int kGates = 1;
   static constexpr bool kHasCell = false;
-  static RecurrentState step(const Tensor<float>& x_gates, const Tensor<float>& h_gates, const RecurrentState&,
-                             int64_t, RNNNonlinearity f) {
-    return {f == kTanh ? Tensor<float>(tanh(x_gates + h_gates)) : Tensor<float>(relu(x_gates + h_gates)), {}};
+  struct Step {
+    Tensor<float> h;
+  };
+  static Step forward(const Tensor<float>& xg, const Tensor<float>& hg, RecurrentState& s, int64_t, RNNNonlinearity f) {
+    s.h = f == kTanh ? Tensor<float>(tanh(xg + hg)) : Tensor<float>(relu(xg + hg));
+    return {s.h};
+  }
+  static GateGradients backward(const Step& step, const Tensor<float>&, const Tensor<float>& dh, Tensor<float>&,
+                                RNNNonlinearity f) {
+    const Tensor<float> d = f == kTanh ? Tensor<float>(dh * (1.0f - step.h * step.h)) : Tensor<float>(dh * sign(step.h));
+    return {d, d, {}};
   }
 };
 
@@ -75,11 +93,33 @@ struct LstmCell {
   static constexpr const char* kName = "LSTM";
   static constexpr int kGates = 4;
   static constexpr bool kHasCell = true;
-  static RecurrentState step(const Tensor<float>& x_gates, const Tensor<float>& h_gates, const RecurrentState& s,
-                             int64_t hidden, RNNNonlinearity) {
-    const std::vector<Tensor<float>> g = split_gates(x_gates + h_gates, kGates, hidden);  // i, f, g, o
-    const Tensor<float> c = sigmoid(g[1]) * s.c + sigmoid(g[0]) * tanh(g[2]);
-    return {sigmoid(g[3]) * tanh(c), c};
+  struct Step {
+    Tensor<float> pre, c_prev, c;  // the gates before activation (i, f, g, o), the cell before and after
+  };
+  // The new cell and h in one pass (h's expression repeats c's rather than reading it back).
+  static Step forward(const Tensor<float>& xg, const Tensor<float>& hg, RecurrentState& s, int64_t hidden,
+                      RNNNonlinearity) {
+    Step step{xg + hg, s.c, empty_like(s.c)};
+    const auto c = sigmoid(gate(step.pre, 1, hidden)) * s.c + sigmoid(gate(step.pre, 0, hidden)) * tanh(gate(step.pre, 2, hidden));
+    s.h = empty_like(s.c);
+    eval_all({&step.c, &s.h}, c, sigmoid(gate(step.pre, 3, hidden)) * tanh(c));
+    s.c = step.c;
+    return step;
+  }
+  // The four gates' gradients and the previous cell's, in one pass.
+  static GateGradients backward(const Step& st, const Tensor<float>&, const Tensor<float>& dh, Tensor<float>& dc,
+                                RNNNonlinearity) {
+    const int64_t hidden = st.c.size(-1);
+    const auto i = sigmoid(gate(st.pre, 0, hidden)), f = sigmoid(gate(st.pre, 1, hidden)), o = sigmoid(gate(st.pre, 3, hidden));
+    const auto g = tanh(gate(st.pre, 2, hidden));
+    const auto tanh_c = tanh(st.c);
+    const auto d_c = dc + dh * o * (1.0f - tanh_c * tanh_c);  // the cell's gradient, from after the step and via h
+    Tensor<float> d = empty_like(st.pre), d_i = gate(d, 0, hidden), d_f = gate(d, 1, hidden), d_g = gate(d, 2, hidden),
+                  d_o = gate(d, 3, hidden), dc_prev = empty_like(st.c);
+    eval_all({&d_i, &d_f, &d_g, &d_o, &dc_prev}, d_c * g * i * (1.0f - i), d_c * st.c_prev * f * (1.0f - f),
+             d_c * i * (1.0f - g * g), dh * tanh_c * o * (1.0f - o), d_c * f);
+    dc = dc_prev;
+    return {d, d, {}};
   }
 };
 
@@ -87,13 +127,69 @@ struct GruCell {
   static constexpr const char* kName = "GRU";
   static constexpr int kGates = 3;
   static constexpr bool kHasCell = false;
-  static RecurrentState step(const Tensor<float>& x_gates, const Tensor<float>& h_gates, const RecurrentState& s,
-                             int64_t hidden, RNNNonlinearity) {
-    const std::vector<Tensor<float>> x = split_gates(x_gates, kGates, hidden), h = split_gates(h_gates, kGates, hidden);
-    const Tensor<float> update = sigmoid(x[1] + h[1]);
+  struct Step {
+    Tensor<float> r, z, n, h_n;  // the activated gates and h's projection for n, with its bias
+  };
+  static Step forward(const Tensor<float>& xg, const Tensor<float>& hg, RecurrentState& s, int64_t hidden,
+                      RNNNonlinearity) {
+    Step step{sigmoid(gate(xg, 0, hidden) + gate(hg, 0, hidden)), sigmoid(gate(xg, 1, hidden) + gate(hg, 1, hidden)),
+              {}, gate(hg, 2, hidden)};
     // n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)): the reset gate scales h's projection with its bias.
-    const Tensor<float> candidate = tanh(x[2] + sigmoid(x[0] + h[0]) * h[2]);
-    return {(1.0f - update) * candidate + update * s.h, {}};
+    step.n = tanh(gate(xg, 2, hidden) + step.r * step.h_n);
+    s.h = (1.0f - step.z) * step.n + step.z * s.h;
+    return step;
+  }
+  static GateGradients backward(const Step& st, const Tensor<float>& h_prev, const Tensor<float>& dh, Tensor<float>&,
+                                RNNNonlinearity) {
+    const Tensor<float> dn = dh * (1.0f - st.z) * (1.0f - st.n * st.n);
+    const Tensor<float> dr = dn * st.h_n * st.r * (1.0f - st.r), dz = dh * (h_prev - st.n) * st.z * (1.0f - st.z);
+    return {cat({dr, dz, dn}, -1), cat({dr, dz, Tensor<float>(dn * st.r)}, -1), dh * st.z};
+  }
+};
+
+// The backward of one layer in one direction over all its time steps (backpropagation through time by hand): the
+// steps run in reverse with one small product per step for h's gradient, and weight_hh's gradient is one product
+// over every step (K = L * N), where per-step autograd made L products of K = N and L accumulations of it.
+// Inputs: x_gates [L, N, G * H], h_0, c_0 (LSTM), weight_hh, bias_hh (when the module has biases); outputs: the
+// hidden states [L, N, H], h_n, c_n (LSTM).
+template <class Cell>
+struct RecurrentLayerBackward : autograd::Node {
+  std::vector<typename Cell::Step> steps;  // in time order
+  std::vector<Tensor<float>> h_prev;       // the state each step started from, in time order
+  autograd::SavedTensor weight_hh;
+  bool reverse = false;
+  RNNNonlinearity nonlinearity = kTanh;
+
+  std::string name() const override { return std::string(Cell::kName) + "Backward"; }
+  int num_outputs() const override { return Cell::kHasCell ? 3 : 2; }
+  void release_saved() override {
+    steps.clear();
+    h_prev.clear();
+    weight_hh = {};
+  }
+  autograd::GradList apply(autograd::GradList&& grads) override {
+    NoGradGuard no_grad;
+    const Tensor<float> w(weight_hh.unpack(*this));
+    const int64_t length = int64_t(steps.size());
+    auto given = [&](size_t i) { return i < grads.size() && grads[i] ? Tensor<float>(grads[i]) : zeros_like(h_prev[0]); };
+    Tensor<float> dh = given(1), dc = Cell::kHasCell ? given(2) : Tensor<float>();
+    const Tensor<float> d_out = grads.at(0) ? Tensor<float>(grads[0]) : Tensor<float>();
+    std::vector<Tensor<float>> d_x(static_cast<size_t>(length)), d_h(static_cast<size_t>(length));
+    for (int64_t k = 0; k < length; ++k) {
+      const size_t t = size_t(reverse ? k : length - 1 - k);
+      if (d_out.defined()) dh = dh + d_out.select(0, int64_t(t));
+      GateGradients g = Cell::backward(steps[t], h_prev[t], dh, dc, nonlinearity);
+      dh = matmul(g.h_gates, w);
+      if (g.h_prev_direct.defined()) dh = dh + g.h_prev_direct;
+      d_x[t] = std::move(g.x_gates);
+      d_h[t] = std::move(g.h_gates);
+    }
+    const Tensor<float> d_gates = stack(d_h, 0).flatten(0, 1), states = stack(h_prev, 0).flatten(0, 1);
+    autograd::GradList out = {stack(d_x, 0).impl_ptr(), dh.impl_ptr()};
+    if (Cell::kHasCell) out.push_back(dc.impl_ptr());
+    out.push_back(matmul(d_gates.t(), states).impl_ptr());
+    if (int(next_edges.size()) > int(out.size())) out.push_back(Tensor<float>(sum(d_gates, 0)).impl_ptr());
+    return out;
   }
 };
 
@@ -207,17 +303,54 @@ class RecurrentImpl : public Module {
     return given;
   }
 
-  // One layer in one direction over x [L, N, I]: the outputs [L, N, H]; s becomes the last step's state.
+  // One layer in one direction over x [L, N, I]: the outputs [L, N, H]; s becomes the last step's state. The steps run
+  // without recording; one RecurrentLayerBackward node stands for them all.
   Tensor<float> run(const Tensor<float>& x, detail::RecurrentState& s, const Weights& w, bool reverse) const {
     const int64_t steps = x.size(0), hidden = options.hidden_size;
-    const std::vector<Tensor<float>> x_gates = unbind(functional::linear(x, w.w_ih, w.b_ih), 0);
-    std::vector<Tensor<float>> outputs(static_cast<size_t>(steps));
-    for (int64_t k = 0; k < steps; ++k) {
-      const int64_t t = reverse ? steps - 1 - k : k;
-      s = Cell::step(x_gates[size_t(t)], functional::linear(s.h, w.w_hh, w.b_hh), s, hidden, options.nonlinearity_);
-      outputs[size_t(t)] = s.h;
+    const Tensor<float> x_gates = functional::linear(x, w.w_ih, w.b_ih);
+    const std::vector<Tensor<float>> inputs = {x_gates, s.h, s.c, w.w_hh, w.b_hh};
+    const bool record = GradMode::is_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor<float>& t) {
+                          return t.defined() && t.requires_grad();
+                        });
+    std::shared_ptr<detail::RecurrentLayerBackward<Cell>> node;
+    if (record) {
+      node = std::make_shared<detail::RecurrentLayerBackward<Cell>>();
+      node->steps.resize(size_t(steps));
+      node->h_prev.resize(size_t(steps));
+      node->weight_hh = autograd::SavedTensor::input(w.w_hh.impl_ptr());
+      node->reverse = reverse;
+      node->nonlinearity = options.nonlinearity_;
+      for (const Tensor<float>& t : inputs)
+        if (t.defined()) node->next_edges.push_back(autograd::gradient_edge(t.impl_ptr()));
     }
-    return stack(outputs, 0);
+    std::vector<Tensor<float>> outputs(static_cast<size_t>(steps));
+    detail::RecurrentState state{s.h.detach(), Cell::kHasCell ? s.c.detach() : Tensor<float>()};
+    {
+      NoGradGuard no_grad;
+      for (int64_t k = 0; k < steps; ++k) {
+        const size_t t = size_t(reverse ? steps - 1 - k : k);
+        const Tensor<float> h_prev = state.h;
+        auto step = Cell::forward(x_gates.select(0, int64_t(t)), functional::linear(state.h, w.w_hh, w.b_hh), state,
+                                  hidden, options.nonlinearity_);
+        outputs[t] = state.h;
+        if (node) {
+          node->steps[t] = std::move(step);
+          node->h_prev[t] = h_prev;
+        }
+      }
+    }
+    // Fresh handles for the results: the node keeps the steps' tensors, which must not point back at it.
+    const Tensor<float> output = stack(outputs, 0);
+    s = {state.h.detach(), Cell::kHasCell ? state.c.detach() : Tensor<float>()};
+    if (node) {
+      const Tensor<float> results[] = {output, s.h, s.c};
+      for (int i = 0; i < node->num_outputs(); ++i) {
+        autograd::AutogradMeta& meta = autograd::meta_of(results[i].impl_ptr());
+        meta.grad_fn = node;
+        meta.output_nr = i;
+      }
+    }
+    return output;
   }
 };
 
