@@ -10,6 +10,7 @@
 #include "kiln/autograd/engine.hpp"
 #include "kiln/cpu/parallel.hpp"
 #include "kiln/linalg/eigen_modules.hpp"
+#include "kiln/tensor/gather.hpp"
 #include "kiln/tensor/tensor.hpp"
 #include "kiln/tensor/views.hpp"
 
@@ -153,11 +154,8 @@ std::pair<Tensor<T>, Tensor<T>> broadcast_batch(const Tensor<T>& a, const Tensor
 // reach the device tensors. Each call synchronizes with the device, as torch's linalg functions that check the
 // factorization's info do. True when the operands are on a CUDA device; operands on two devices are refused.
 template <class T, class... Ts>
-bool on_cuda([[maybe_unused]] const char* op, const Tensor<T>& a, const Tensor<Ts>&... rest) {
-  (check<std::invalid_argument>(rest.device() == a.device(), op, ": A of shape ", a.shape(), " is on ", a.device().str(),
-                                " but B of shape ", rest.shape(), " is on ", rest.device().str(),
-                                "; move them to one device first (.to(device))"),
-   ...);
+bool on_cuda([[maybe_unused]] const char* op, const Tensor<T>& a, const Tensor<Ts>&... b) {
+  (kiln::detail::check_same_device(op, "A", a.impl(), "B", b.impl()), ...);
   return a.is_cuda();
 }
 
