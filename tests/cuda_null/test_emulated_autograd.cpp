@@ -64,7 +64,34 @@ void expect_same_gradients(const std::vector<Tensor<float>>& host, const std::ve
   }
 }
 
+// Two outputs, x * k and x * x; backward uses both gradients, so a missing one must arrive as zeros on x's device.
+struct ScaleAndSquare : autograd::Function<ScaleAndSquare> {
+  static std::vector<Tensor<float>> forward(autograd::AutogradContext* ctx, Tensor<float> x, double k) {
+    ctx->save_for_backward<float>({x});
+    ctx->saved_data["k"] = k;
+    return {x * float(k), x * x};
+  }
+  static std::vector<Tensor<float>> backward(autograd::AutogradContext* ctx, std::vector<Tensor<float>> grads) {
+    const Tensor<float> x = ctx->get_saved_variables()[0];
+    const float k = float(std::any_cast<double>(ctx->saved_data["k"]));
+    return {grads[0] * k + grads[1] * x * 2.0f, {}};
+  }
+};
+
 }  // namespace
+
+TEST_CASE("a custom autograd::Function on the device: an output without a gradient gets zeros on the device" *
+          no_device()) {
+  Generator g(5);
+  const Tensor<float> x = randn<float>({3, 4}, &g);
+  expect_same_gradients({x}, {true}, [](const std::vector<Tensor<float>>& in) {
+    return sum(ScaleAndSquare::apply(in[0], 3.0)[1]);  // (the first output gets no gradient)
+  }, 1e-6, "ScaleAndSquare's second output");
+  expect_same_gradients({x}, {true}, [](const std::vector<Tensor<float>>& in) {
+    const auto out = ScaleAndSquare::apply(in[0], 3.0);
+    return sum(out[0] * out[1]);
+  }, 1e-5, "both outputs");
+}
 
 TEST_CASE("a fused expression's backward runs as one kernel on the device, broadcast leaves summed there" * no_device()) {
   Generator g(11);

@@ -65,6 +65,7 @@ template <class F, Dtype T>
 struct CppNode : Node {
   AutogradContext ctx;
   std::vector<Shape> output_shapes;
+  std::vector<Device> output_devices;  // where a missing output gradient's zeros are made
   std::vector<bool> is_tensor_arg;  // per forward argument: which gradients map to next_edges
 
   std::string name() const override { return "CppNode"; }
@@ -77,7 +78,7 @@ struct CppNode : Node {
       if (i < grads.size() && grads[i]) {
         grad_outputs.emplace_back(grads[i]);
       } else {
-        Tensor<T> zero(TensorImpl::allocate(output_shapes[i], scalar_type_of<T>(), "backward"));
+        Tensor<T> zero(TensorImpl::allocate(output_shapes[i], scalar_type_of<T>(), "backward", output_devices[i]));
         zero.zero_();
         grad_outputs.push_back(zero);
       }
@@ -148,6 +149,7 @@ struct Function {
       node->ctx.owner_ = node.get();
       for (size_t i = 0; i < outputs.size(); ++i) {
         node->output_shapes.push_back(outputs[i].shape());
+        node->output_devices.push_back(outputs[i].device());
         if (std::find(node->ctx.non_differentiable_.begin(), node->ctx.non_differentiable_.end(), i) !=
             node->ctx.non_differentiable_.end())
           continue;
