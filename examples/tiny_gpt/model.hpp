@@ -52,8 +52,13 @@ class GPTImpl : public nn::Module {
         pos(register_module("pos", std::make_shared<nn::EmbeddingImpl>(c.block, c.embed))),
         ln_f(register_module("ln_f", std::make_shared<nn::LayerNormImpl>(Shape{c.embed}))),
         head(register_module("head", std::make_shared<nn::LinearImpl>(c.embed, c.vocab))) {
-    for (int64_t i = 0; i < c.layers; ++i)
-      blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<BlockImpl>(c)));
+    // Registered through a ModuleList (state_dict names "blocks.<i>...."), held typed for forward's mask argument.
+    nn::ModuleList list;
+    for (int64_t i = 0; i < c.layers; ++i) {
+      blocks.push_back(std::make_shared<BlockImpl>(c));
+      list->push_back(blocks.back());
+    }
+    register_module("blocks", list.ptr());
     NoGradGuard no_grad;  // GPT-2's small initial embeddings
     normal_(tok->weight, 0, 0.02);
     normal_(pos->weight, 0, 0.02);

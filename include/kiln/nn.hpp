@@ -1,9 +1,15 @@
 #pragma once
 // kiln::nn: modules, layers and losses (opt-in, not behind <kiln/kiln.hpp>: it brings Eigen's GEMM).
+#include "kiln/nn/activation.hpp"
+#include "kiln/nn/containers.hpp"
 #include "kiln/nn/conv.hpp"
+#include "kiln/nn/conv_variants.hpp"
+#include "kiln/nn/distance.hpp"
+#include "kiln/nn/init.hpp"
 #include "kiln/nn/layers.hpp"
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/module.hpp"
 #include "kiln/nn/normalization.hpp"
 #include "kiln/nn/pool.hpp"
 #include "kiln/nn/recurrent.hpp"
+#include "kiln/nn/resample.hpp"

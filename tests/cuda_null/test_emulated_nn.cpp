@@ -1,6 +1,7 @@
 // Pooling and normalization of CUDA tensors (cuda/pool.hpp; nn/normalization.hpp's device path): the same layers
 // run on the CPU and on the device, values, gradients and batch norm's running statistics compared; then the
-// Fashion-MNIST CNN's layers after its convolutions, and the recurrent modules. On the emulated device in CI, on a GPU by tests/gpu/run.sh.
+// Fashion-MNIST CNN's layers after its convolutions, the recurrent modules, the activations, padding, resizing and
+// nn::init. On the emulated device in CI, on a GPU by tests/gpu/run.sh.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -264,6 +265,52 @@ TEST_CASE("LSTM, GRU and RNN on the device: outputs, final states and every grad
   check(nn::GRU(gru), nn::GRU(gru), "GRU, batch_first");
   const auto rnn = nn::RNNOptions(5, 4).nonlinearity(nn::kReLU);
   check(nn::RNN(rnn), nn::RNN(rnn), "RNN, relu");
+}
+
+TEST_CASE("activations, pad, interpolate, normalize, the transposed and 1-d convolutions, one_hot and nn::init on "
+          "the device as on the CPU" * no_device()) {
+  Generator g(17);
+  const Tensor<float> x = randn<float>({2, 3, 5, 6}, &g) * 4.0f;
+  namespace F = nn::functional;
+  const std::map<std::string, std::function<Tensor<float>(const Tensor<float>&)>> cases = {
+      {"leaky_relu", [](const Tensor<float>& t) { return F::leaky_relu(t, 0.2); }},
+      {"elu", [](const Tensor<float>& t) { return F::elu(t); }},
+      {"hardswish", [](const Tensor<float>& t) { return F::hardswish(t); }},
+      {"softplus", [](const Tensor<float>& t) { return F::softplus(t, 2.0, 3.0); }},
+      {"prelu", [](const Tensor<float>& t) { return F::prelu(t, full<float>({3}, 0.3f).to(t.device())); }},
+      {"pad reflect", [](const Tensor<float>& t) { return F::pad(t, {2, 1, 1, 3}, "reflect"); }},
+      {"pad constant", [](const Tensor<float>& t) { return F::pad(t, {2, -1, 1, 0}, "constant", 0.5); }},
+      {"bilinear", [](const Tensor<float>& t) {
+         return F::interpolate(t, F::InterpolateOptions().scale_factor({1.5}).mode("bilinear"));
+       }},
+      {"nearest", [](const Tensor<float>& t) { return F::interpolate(t, F::InterpolateOptions().size({9, 4})); }},
+      {"normalize", [](const Tensor<float>& t) { return F::normalize(t); }},
+      {"conv_transpose2d", [](const Tensor<float>& t) {
+         Generator w(3);
+         return F::conv_transpose2d(t, randn<float>({3, 2, 3, 3}, &w).to(t.device()), {}, {2, 2}, {1, 1}, {1, 1});
+       }},
+      {"conv1d", [](const Tensor<float>& t) {
+         Generator w(4);
+         return F::conv1d(t.flatten(2), randn<float>({4, 3, 5}, &w).to(t.device()), {}, 2, 1);
+       }},
+  };
+  for (const auto& [name, f] : cases) expect_same(x, f, 1e-5, name);
+
+  const Tensor<int64_t> labels = tensor<int64_t>({3, 0, 2});
+  const Tensor<int64_t> hot = nn::functional::one_hot(labels.to(kCuda0), 5);
+  CHECK(hot.is_cuda());
+  CHECK(hot.cpu().to_vector() == nn::functional::one_hot(labels, 5).to_vector());
+
+  const Tensor<float> w = empty<float>({4, 6}).to(kCuda0);
+  nn::init::orthogonal_(w);
+  CHECK(w.is_cuda());
+  const Tensor<float> gram = matmul(w.cpu(), w.cpu().t());
+  for (int i = 0; i < 4; ++i) CHECK(gram.to_vector()[size_t(i * 5)] == doctest::Approx(1).epsilon(1e-5));
+  manual_seed(5);
+  nn::init::kaiming_uniform_(w, 0, nn::init::kFanIn, nn::init::kReLU);
+  manual_seed(5);
+  CHECK(w.cpu().to_vector() ==
+        nn::init::kaiming_uniform_(empty<float>({4, 6}), 0, nn::init::kFanIn, nn::init::kReLU).to_vector());
 }
 
 }  // namespace test_cuda_emulated_nn

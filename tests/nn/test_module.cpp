@@ -179,4 +179,103 @@ TEST_CASE("a batched eval forward under InferenceMode allocates no storage after
   CHECK(double(amax(abs(y - reference)).item()) == 0.0);
 }
 
+namespace {
+// A module holding a ModuleList of blocks and a ModuleDict of heads, as a user's model would.
+struct TwoHeads : nn::Module {
+  nn::ModuleList blocks;
+  nn::ModuleDict heads;
+  TwoHeads() : nn::Module("TwoHeads") {
+    for (int i = 0; i < 3; ++i) blocks->push_back(nn::Linear(4, 4));
+    blocks->push_back(nn::ReLU());
+    heads = nn::ModuleDict({{"cls", nn::Linear(4, 3).ptr()}, {"box", nn::Linear(4, 2).ptr()}});
+    register_module("blocks", blocks.ptr());
+    register_module("heads", heads.ptr());
+  }
+  std::pair<Tensor<float>, Tensor<float>> run(Tensor<float> h) {
+    for (const auto& block : *blocks) h = block->forward(h);
+    return {heads["cls"]->forward(h), heads["box"]->forward(h)};
+  }
+};
+}  // namespace
+
+TEST_CASE("ModuleList and ModuleDict register their modules: names, parameters, train/eval, printing, gradients") {
+  TwoHeads model;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : model.named_parameters()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias",
+                                          "blocks.2.weight", "blocks.2.bias", "heads.cls.weight", "heads.cls.bias",
+                                          "heads.box.weight", "heads.box.bias"});
+  CHECK(model.blocks->size() == 4);
+  CHECK(model.blocks[3]->name() == "ReLU");
+  CHECK(model.heads->keys() == std::vector<std::string>{"cls", "box"});
+  CHECK(model.heads->contains("box"));
+  CHECK_FALSE(model.heads->contains("seg"));
+  model.eval();
+  CHECK_FALSE(model.blocks[1]->is_training());
+  CHECK_FALSE(model.heads["box"]->is_training());
+
+  // The forward through the containers equals the layers called by hand, and gradients reach every parameter.
+  const Tensor<float> x = randn<float>({5, 4});
+  auto [cls, box] = model.run(x);
+  Tensor<float> h = x;
+  for (size_t i = 0; i < 3; ++i) h = model.blocks->at<nn::LinearImpl>(i).forward(h);
+  h = relu(h);
+  CHECK(cls.to_vector() == model.heads->ptr<nn::LinearImpl>("cls")->forward(h).to_vector());
+  Tensor<float>(sum(cls) + sum(box)).backward();
+  for (const Tensor<float>& p : model.parameters()) CHECK(p.grad().defined());
+
+  std::ostringstream printed;
+  printed << *model.heads;
+  CHECK(printed.str() ==
+        "ModuleDict(\n  (cls): Linear(in_features=4, out_features=3, bias=true)\n"
+        "  (box): Linear(in_features=4, out_features=2, bias=true)\n)");
+}
+
+TEST_CASE("ModuleList and ModuleDict: extend, replace, pop, clear, update; errors name what is wrong") {
+  nn::ModuleList list(nn::Linear(2, 2), nn::Tanh());
+  list->extend(*list);
+  CHECK(list->size() == 4);
+  CHECK(list->named_children().back().first == "3");
+  CHECK(list->ptr(2) == list->ptr(0));  // (shared, not copied)
+  CHECK_THROWS_WITH_AS(list[4], doctest::Contains("ModuleList: index 4 is out of range for 4 modules"),
+                       std::out_of_range);
+  CHECK_THROWS_WITH_AS(list->ptr<nn::LinearImpl>(1),
+                       doctest::Contains("ModuleList: module 1 is a Tanh, not the module type asked for"),
+                       std::invalid_argument);
+
+  nn::ModuleDict dict;
+  CHECK(dict->is_empty());
+  dict->insert("a", nn::Linear(2, 3));
+  dict->insert("b", nn::ReLU());
+  const nn::Linear replacement(2, 5);
+  dict->insert("a", replacement);  // replaced in place: the order stays a, b
+  CHECK(dict->keys() == std::vector<std::string>{"a", "b"});
+  CHECK(dict->ptr<nn::LinearImpl>("a") == replacement.ptr());
+  CHECK(dict->parameters().size() == 2);
+  CHECK(dict->state_dict().at("a.weight").shape() == Shape{5, 2});
+  nn::ModuleDict other({{"c", nn::Sigmoid().ptr()}, {"b", nn::Tanh().ptr()}});
+  dict->update(*other);
+  CHECK(dict->keys() == std::vector<std::string>{"a", "b", "c"});
+  CHECK(dict["b"]->name() == "Tanh");
+  CHECK(dict->pop("a") == replacement.ptr());
+  CHECK(dict->keys() == std::vector<std::string>{"b", "c"});
+  CHECK(dict->parameters().empty());
+  CHECK_THROWS_WITH_AS(dict["a"], doctest::Contains("ModuleDict: no module \"a\" (it holds \"b\", \"c\")"),
+                       std::out_of_range);
+  CHECK_THROWS_WITH_AS(dict->insert("x.y", nn::ReLU()), doctest::Contains("without '.', got \"x.y\""),
+                       std::invalid_argument);
+  dict->clear();
+  CHECK(dict->size() == 0);
+  CHECK_THROWS_WITH_AS(dict->pop("b"), doctest::Contains("no module \"b\" (it holds none)"), std::out_of_range);
+
+  struct Twice : nn::Module {
+    Twice() : nn::Module("Twice") {
+      register_module("fc", std::make_shared<nn::LinearImpl>(2, 2));
+      register_module("fc", std::make_shared<nn::LinearImpl>(2, 2));
+    }
+  };
+  CHECK_THROWS_WITH_AS(Twice(), doctest::Contains("Twice: a submodule \"fc\" is already registered"),
+                       std::invalid_argument);
+}
+
 }  // namespace test_nn_module

@@ -3,7 +3,6 @@
 // on expressions (and tensors) it builds a Map node; on plain numbers it computes the op's scalar
 // form (which is how the derivatives are checked against finite differences).
 #include <cmath>
-#include <numbers>
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
@@ -98,18 +97,6 @@ KILN_BINARY_NUMBER_OPS(KILN_CHECK_SPEC)
 
 // ---- composite ops: expansions, so SIMD, CUDA and the gradient come from their parts ----------
 
-template <OperandOrScalar X>
-auto silu(const X& x) { return x * sigmoid(x); }
-
-// gelu with erf (PyTorch's default) and with the tanh approximation (approximate="tanh").
-template <OperandOrScalar X>
-auto gelu(const X& x) { return x * 0.5 * (erf(x * std::numbers::sqrt2 / 2) + 1); }
-template <OperandOrScalar X>
-auto gelu_tanh(const X& x) {
-  constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
-  return x * 0.5 * (tanh((x + x * x * x * 0.044715) * k) + 1);
-}
-
 // clamp's gradient is PyTorch's, which differs from that of maximum and minimum at ties. With number bounds x's
 // gradient is 0 at a bound (ops::ClampMin, ClampMax). Tensor bounds split a tie with x as maximum and minimum
 // do, except where lo == hi: the gradient goes to lo where x < lo, to hi where x > hi, and to x where x equals
@@ -161,3 +148,5 @@ KILN_DEFINE_OPERATOR(||, logical_or)
 #undef KILN_DEFINE_OPERATOR
 
 }  // namespace kiln
+
+#include "kiln/expr/activations.hpp"  // silu, gelu, leaky_relu, elu, ... (composites of the above)

@@ -101,6 +101,21 @@ void im2col_loop(T* x, T* cols, int64_t n, int64_t c, int64_t h, int64_t w, int6
   });
 }
 
+// The adjoint of im2col without recording: cols [N, C * kh * kw, ho * wo] summed into an image of `shape`
+// [N, C, H, W]. A 16-bit image is summed in float (up to kh * kw columns meet at a pixel) and rounded once.
+template <Dtype T>
+Tensor<T> col2im_values(const Tensor<T>& cols, const Shape& shape, const Conv2dGeometry& g, int64_t ho, int64_t wo) {
+#ifdef KILN_WITH_CUDA
+  if (cols.is_cuda())
+    return kiln::detail::cuda_conv_columns<true>(cols.contiguous(), shape, g.words(shape[2], shape[3], ho, wo));
+#endif
+  using C = compute_t<T>;
+  const Tensor<C> cc = cols.template to<C>().contiguous();
+  Tensor<C> image = zeros<C>(shape);
+  im2col_loop<true>(image.data_ptr(), const_cast<C*>(cc.data_ptr()), shape[0], shape[1], shape[2], shape[3], ho, wo, g);
+  return image.template to<T>();
+}
+
 }  // namespace detail
 }  // namespace functional
 
@@ -115,18 +130,7 @@ struct Im2ColBackward : autograd::Node {
   std::string name() const override { return "Im2ColBackward"; }
   autograd::GradList apply(autograd::GradList&& grads) override {
     if (!grads.at(0)) return {nullptr};
-#ifdef KILN_WITH_CUDA
-    if (grads[0]->device().is_cuda())
-      return {kiln::detail::cuda_conv_columns<true>(Tensor<T>(grads[0]).contiguous(), shape_,
-                                                    g_.words(shape_[2], shape_[3], ho_, wo_)).impl_ptr()};
-#endif
-    // A 16-bit gradient is summed in float (up to kh * kw columns meet at a pixel) and rounded once.
-    using C = compute_t<T>;
-    const Tensor<C> gc = Tensor<T>(grads[0]).template to<C>().contiguous();
-    Tensor<C> gx = zeros<C>(shape_);
-    functional::detail::im2col_loop<true>(gx.data_ptr(), const_cast<C*>(gc.data_ptr()), shape_[0], shape_[1], shape_[2],
-                                          shape_[3], ho_, wo_, g_);
-    return {gx.template to<T>().impl_ptr()};
+    return {functional::detail::col2im_values(Tensor<T>(grads[0]), shape_, g_, ho_, wo_).impl_ptr()};
   }
 
  private:

@@ -1,8 +1,10 @@
 #pragma once
-// Layers: Linear (PyTorch's default initialization), Sequential, Flatten and the activation modules,
-// with their functional forms in kiln::nn::functional (F::linear, F::relu, ...).
+// Layers: Linear (PyTorch's default initialization), Sequential, Flatten, Dropout and Embedding, with their
+// functional forms in kiln::nn::functional (F::linear, F::relu, ...); the activation modules are in nn/activation.hpp.
 #include <cmath>
 
+#include "kiln/nn/activation.hpp"
+#include "kiln/nn/containers.hpp"
 #include "kiln/nn/module.hpp"
 #include "kiln/tensor/gather.hpp"
 #include "kiln/tensor/linalg.hpp"
@@ -20,6 +22,9 @@ KILN_DECL Tensor<float> dropout(const Tensor<float>& x, double p = 0.5, bool tra
 // Rows of weight [num_embeddings, dim] at the given indices (each in [0, num_embeddings), else std::out_of_range):
 // the result has the indices' shape plus dim.
 KILN_DECL Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<float>& weight);
+// indices [...] -> [..., num_classes] int64, 1 where the last index equals the value, else 0
+// (torch.nn.functional.one_hot); num_classes = -1 takes the largest index + 1. Each index in [0, num_classes).
+KILN_DECL Tensor<int64_t> one_hot(const Tensor<int64_t>& indices, int64_t num_classes = -1);
 }  // namespace functional
 
 struct LinearOptions {
@@ -43,35 +48,6 @@ class LinearImpl : public Module {
   Tensor<float> weight, bias;
 };
 KILN_MODULE(Linear);
-
-// An elementwise activation as a module.
-template <class F>
-class ActivationImpl : public Module {
- public:
-  explicit ActivationImpl(const char* name) : Module(name) {}
-  Tensor<float> forward(const Tensor<float>& x) override { return F{}(x); }
-  void pretty_print(std::ostream& out) const override { out << name() << "()"; }
-};
-namespace detail {
-struct ReluFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::relu(x); } };
-struct TanhFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::tanh(x); } };
-struct SigmoidFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::sigmoid(x); } };
-struct GeluFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::gelu(x); } };
-struct SiluFn { Tensor<float> operator()(const Tensor<float>& x) const { return kiln::silu(x); } };
-}  // namespace detail
-#define KILN_ACTIVATION(Name, Fn)                                       \
-  KILN_INSTANTIATE(class ActivationImpl<detail::Fn>);                   \
-  class Name##Impl : public ActivationImpl<detail::Fn> {                \
-   public:                                                              \
-    Name##Impl() : ActivationImpl<detail::Fn>(#Name) {}                 \
-  };                                                                    \
-  KILN_MODULE(Name)
-KILN_ACTIVATION(ReLU, ReluFn);
-KILN_ACTIVATION(Tanh, TanhFn);
-KILN_ACTIVATION(Sigmoid, SigmoidFn);
-KILN_ACTIVATION(GELU, GeluFn);
-KILN_ACTIVATION(SiLU, SiluFn);
-#undef KILN_ACTIVATION
 
 // Flattens dims start_dim..end_dim (default: all but the batch dim).
 class FlattenImpl : public Module {
@@ -106,26 +82,16 @@ class EmbeddingImpl : public Module {
 };
 KILN_MODULE(Embedding);
 
-// Modules applied one after another; children are named "0", "1", ...
-class SequentialImpl : public Module {
+// Modules applied one after another: a ModuleList (children "0", "1", ..., push_back, extend, ptr<M>(i), iteration)
+// whose forward chains them.
+class SequentialImpl : public ModuleListImpl {
  public:
-  SequentialImpl() : Module("Sequential") {}
+  SequentialImpl() : ModuleListImpl(Named{"Sequential"}) {}
   template <class... M>
-  explicit SequentialImpl(M&&... modules) : Module("Sequential") {
+  explicit SequentialImpl(M&&... modules) : SequentialImpl() {
     (push_back(std::forward<M>(modules)), ...);
   }
-  template <class Holder>
-  void push_back(const Holder& module) {
-    if constexpr (requires { module.ptr(); }) push_back(std::static_pointer_cast<Module>(module.ptr()));
-    else push_back(std::static_pointer_cast<Module>(module));
-  }
-  KILN_DECL void push_back(std::shared_ptr<Module> module);
   KILN_DECL Tensor<float> forward(const Tensor<float>& x) override;
-  size_t size() const { return modules_.size(); }
-  const std::shared_ptr<Module>& operator[](size_t i) const { return modules_.at(i); }
-
- private:
-  std::vector<std::shared_ptr<Module>> modules_;
 };
 KILN_MODULE(Sequential);
 
@@ -154,6 +120,23 @@ KILN_DECL Tensor<float> embedding(const Tensor<int64_t>& indices, const Tensor<f
   Shape out = indices.shape();
   out.push_back(weight.size(1));
   return kiln::detail::index_select_as(weight, 0, indices.reshape({-1}), "embedding").reshape(out);
+}
+KILN_DECL Tensor<int64_t> one_hot(const Tensor<int64_t>& indices, int64_t num_classes) {
+  const std::vector<int64_t> values = indices.contiguous().to_vector();
+  int64_t largest = -1;
+  for (const int64_t v : values) {
+    check<std::out_of_range>(v >= 0, "one_hot: index ", v, " is negative");
+    largest = std::max(largest, v);
+  }
+  check<std::invalid_argument>(num_classes >= -1 && (num_classes != -1 || !values.empty()), "one_hot: num_classes ",
+                               num_classes, " (-1 infers it from the indices, which needs at least one)");
+  const int64_t classes = num_classes == -1 ? largest + 1 : num_classes;
+  check<std::out_of_range>(largest < classes, "one_hot: index ", largest, " is out of range for ", classes, " classes");
+  Shape shape = indices.shape();
+  shape.push_back(classes);
+  Tensor<int64_t> out = zeros<int64_t>(shape);
+  for (size_t i = 0; i < values.size(); ++i) out.data_ptr()[int64_t(i) * classes + values[i]] = 1;
+  return out.to(indices.device());
 }
 }  // namespace functional
 
@@ -199,12 +182,9 @@ KILN_DECL void EmbeddingImpl::pretty_print(std::ostream& out) const {
   out << "Embedding(" << weight.size(0) << ", " << weight.size(1) << ')';
 }
 
-KILN_DECL void SequentialImpl::push_back(std::shared_ptr<Module> module) {
-  modules_.push_back(register_module(std::to_string(modules_.size()), std::move(module)));
-}
 KILN_DECL Tensor<float> SequentialImpl::forward(const Tensor<float>& x) {
   Tensor<float> h = x;
-  for (const auto& m : modules_) h = m->forward(h);
+  for (const auto& m : *this) h = m->forward(h);
   return h;
 }
 #endif  // KILN_HEADER_DEFINITIONS

@@ -4,6 +4,7 @@
 // state_dict()/load_state_dict(), printing. Modules hold float tensors. A module with one input and one
 // output overrides forward(x), which is what Sequential chains; ModuleHolder (KILN_MODULE) gives
 // libtorch's handle style: `nn::Linear fc(784, 10); auto y = fc(x); fc->weight`.
+#include <algorithm>
 #include <bit>
 #include <concepts>
 #include <map>
@@ -61,6 +62,11 @@ class Module {
     load_any_state_dict(state, strict);
   }
 
+  // Puts module in the place of the child called name (libtorch's replace_module), keeping its position.
+  KILN_DECL void replace_module(const std::string& name, std::shared_ptr<Module> module);
+  // Removes the child called name (libtorch's unregister_module).
+  KILN_DECL void unregister_module(const std::string& name);
+
   const std::string& name() const { return name_; }
   // One line for this module (e.g. "Linear(in_features=4, out_features=2, bias=true)").
   KILN_DECL virtual void pretty_print(std::ostream& out) const;
@@ -71,6 +77,7 @@ class Module {
   KILN_DECL Tensor<float>& register_buffer(std::string name, Tensor<float> t);
   template <class M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    check_new_child(name, module.get());
     children_.emplace_back(std::move(name), module);
     return module;
   }
@@ -79,6 +86,10 @@ class Module {
   using Named = std::vector<std::pair<std::string, Tensor<float>>>;
   KILN_DECL void collect(Named& out, const std::string& prefix, bool recurse, Named Module::*which) const;
   KILN_DECL void load_any_state_dict(const std::map<std::string, AnyTensor>& state, bool strict);
+  // A child's name is new, not empty and without a dot (which would make parameter names ambiguous).
+  KILN_DECL void check_new_child(const std::string& name, const Module* module) const;
+  KILN_DECL std::vector<std::pair<std::string, std::shared_ptr<Module>>>::iterator child(const std::string& name,
+                                                                                         const char* op);
 
   std::string name_;
   bool training_ = true;
@@ -104,10 +115,24 @@ class ModuleHolder {
   auto operator()(Args&&... args) const {
     return impl_->forward(std::forward<Args>(args)...);
   }
+  // Indexing of containers: list[i], dict["name"].
+  template <class Key>
+  decltype(auto) operator[](Key&& key) const {
+    return (*impl_)[std::forward<Key>(key)];
+  }
 
  private:
   std::shared_ptr<Impl> impl_;
 };
+
+namespace detail {
+// A module handle (nn::Linear) or a shared_ptr to a module, as a shared_ptr to the base.
+template <class M>
+std::shared_ptr<Module> as_module(const M& module) {
+  if constexpr (requires { module.ptr(); }) return std::static_pointer_cast<Module>(module.ptr());
+  else return std::static_pointer_cast<Module>(module);
+}
+}  // namespace detail
 
 // KILN_MODULE(Linear) declares nn::Linear as the holder of nn::LinearImpl.
 #define KILN_MODULE(Name)                         \
@@ -231,6 +256,25 @@ KILN_DECL void Module::print(std::ostream& out, int indent) const {
   }
   out << std::string(size_t(indent), ' ') << ')';
 }
+
+KILN_DECL void Module::check_new_child(const std::string& name, const Module* module) const {
+  check<std::invalid_argument>(module != nullptr, name_, ": register_module(\"", name, "\") got no module");
+  check<std::invalid_argument>(!name.empty() && name.find('.') == std::string::npos, name_,
+                               ": a submodule's name must be non-empty and without '.', got \"", name, '"');
+  for (const auto& [existing, child] : children_)
+    check<std::invalid_argument>(existing != name, name_, ": a submodule \"", name, "\" is already registered");
+}
+KILN_DECL std::vector<std::pair<std::string, std::shared_ptr<Module>>>::iterator Module::child(const std::string& name,
+                                                                                             const char* op) {
+  const auto it = std::find_if(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  check<std::invalid_argument>(it != children_.end(), name_, ": ", op, ": no submodule \"", name, '"');
+  return it;
+}
+KILN_DECL void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  check<std::invalid_argument>(module != nullptr, name_, ": replace_module(\"", name, "\") got no module");
+  child(name, "replace_module")->second = std::move(module);
+}
+KILN_DECL void Module::unregister_module(const std::string& name) { children_.erase(child(name, "unregister_module")); }
 
 KILN_DECL Tensor<float>& Module::register_parameter(std::string name, Tensor<float> t, bool requires_grad) {
   if (requires_grad) t.requires_grad_();

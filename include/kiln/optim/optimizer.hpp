@@ -13,21 +13,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/core/options.hpp"
 #include "kiln/tensor/any_tensor.hpp"
 #include "kiln/tensor/factory.hpp"
 #include "kiln/tensor/tensor.hpp"
-
-// An option with a chainable setter and a getter, as libtorch's TORCH_ARG: Options(0.1).momentum(0.9).
-#define KILN_OPTION(type, name, default_value)     \
- public:                                           \
-  auto& name(type value) {                         \
-    name##_ = value;                               \
-    return *this;                                  \
-  }                                                \
-  type name() const { return name##_; }            \
-                                                   \
- private:                                          \
-  type name##_ = default_value
 
 namespace kiln::optim {
 
