@@ -28,6 +28,8 @@ CASES = {
     "conv1d": (F.conv1d, (2, 4, 11), (6, 2, 3), dict(stride=2, padding=1, dilation=2, groups=2)),
     "conv1d_plain": (F.conv1d, (3, 3, 8), (5, 3, 4), dict()),
     "transpose1d": (F.conv_transpose1d, (2, 4, 7), (4, 3, 3), dict(stride=3, padding=1, output_padding=2)),
+    "transpose2d_outpad_dilation": (F.conv_transpose2d, (1, 2, 4, 4), (2, 3, 3, 3), dict(dilation=2, output_padding=1)),
+    "transpose1d_outpad_dilation": (F.conv_transpose1d, (2, 3, 5), (3, 2, 3), dict(dilation=2, output_padding=1)),
 }
 
 

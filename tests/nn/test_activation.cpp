@@ -5,7 +5,9 @@
 // float the same within float's rounding. Also: printing, options, PReLU's parameter, errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -189,6 +191,19 @@ TEST_CASE("activation errors name the function and what is wrong") {
                        ShapeError);
   CHECK_THROWS_WITH_AS(F::prelu(x, full<float>({2, 2}, 0.25f)), doctest::Contains("prelu: weight must be 1-d"),
                        ShapeError);
+  CHECK_THROWS_WITH_AS(F::prelu(randn<float>({5}), full<float>({3}, 0.25f)),
+                       doctest::Contains("prelu: 3 weights for input of shape [5], which has 1 channels"), ShapeError);
+  CHECK(F::prelu(full<float>({}, -2.0f), full<float>({1}, 0.25f)).shape() == Shape{});  // (0-d stays 0-d)
+  CHECK_THROWS_WITH_AS(Tensor<float>(hardtanh(x, 2.0, 1.0)), doctest::Contains("hardtanh: min_val 2 is above max_val 1"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Tensor<float>(celu(x, 0.0)), doctest::Contains("celu: alpha must not be 0"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Tensor<float>(softshrink(x, -0.5)), doctest::Contains("softshrink: lambda must be at least 0"),
+                       std::invalid_argument);
+  // NaN passes through the shrinks, as PyTorch's
+  const Tensor<float> nan = full<float>({2}, std::numeric_limits<float>::quiet_NaN());
+  CHECK(std::isnan(Tensor<float>(softshrink(nan)).to_vector()[0]));
+  CHECK(std::isnan(Tensor<float>(hardshrink(nan)).to_vector()[0]));
   CHECK_THROWS_WITH_AS(nn::PReLU(nn::PReLUOptions().num_parameters(0)),
                        doctest::Contains("PReLU: num_parameters must be positive"), std::invalid_argument);
 }

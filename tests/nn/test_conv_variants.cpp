@@ -55,6 +55,10 @@ void check_all() {
   check_case<T>("conv1d", [](X x, X w, X b) { return F::conv1d(x, w, b, 2, 1, 2, 2); });
   check_case<T>("conv1d_plain", [](X x, X w, X b) { return F::conv1d(x, w, b); });
   check_case<T>("transpose1d", [](X x, X w, X b) { return F::conv_transpose1d(x, w, b, 3, 1, 2); });
+  // output_padding at least the stride (allowed below the dilation): more output than the input's positions cover
+  check_case<T>("transpose2d_outpad_dilation",
+                [](X x, X w, X b) { return F::conv_transpose2d(x, w, b, {1, 1}, {0, 0}, {1, 1}, 1, {2, 2}); });
+  check_case<T>("transpose1d_outpad_dilation", [](X x, X w, X b) { return F::conv_transpose1d(x, w, b, 1, 0, 1, 1, 2); });
 }
 
 template <class M>
@@ -77,12 +81,15 @@ TEST_CASE("col2im is the adjoint of im2col: <im2col(x), c> = <x, col2im(c)>, and
   const Tensor<double> x = randn<double>({2, 3, 7, 6});
   const Tensor<double> cols = F::im2col(x, g);
   const Tensor<double> c = randn<double>(cols.shape()).requires_grad_();
-  const Tensor<double> image = F::col2im(c, x.shape(), g);
+  const auto positions = g.output_hw(x.shape());
+  const Tensor<double> image = F::col2im(c, x.shape(), g, positions);
   CHECK(image.shape() == x.shape());
   CHECK(sum(cols * c).item() == doctest::Approx(sum(x * image).item()).epsilon(1e-12));
   sum(image * x).backward();
   CHECK(max(abs(c.grad() - cols)).item() < 1e-12);
-  CHECK_THROWS_WITH_AS(F::col2im(c, Shape{2, 4, 7, 6}, g), doctest::Contains("col2im: columns of shape"),
+  CHECK_THROWS_WITH_AS(F::col2im(c, Shape{2, 4, 7, 6}, g, positions), doctest::Contains("col2im: columns of shape"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(F::col2im(c, Shape{2, 3, 7}, g, positions), doctest::Contains("col2im: expected an image shape"),
                        ShapeError);
 }
 

@@ -61,8 +61,10 @@ TEST_CASE("calculate_gain and the fans follow torch.nn.init's table") {
   CHECK(init::calculate_fan_in_and_fan_out(empty<float>({64, 32, 3, 3})) == std::pair<int64_t, int64_t>{288, 576});
   CHECK_THROWS_WITH_AS(init::calculate_fan_in_and_fan_out(empty<float>({5})),
                        doctest::Contains("at least 2 dims, got shape [5]"), ShapeError);
-  CHECK_THROWS_WITH_AS(init::xavier_uniform_(empty<float>({0, 3})), doctest::Contains("has no fan"),
-                       std::invalid_argument);
+  // A tensor with no elements is left as it is (PyTorch warns); a zero kernel size too.
+  CHECK(init::xavier_uniform_(empty<float>({0, 3})).shape() == Shape{0, 3});
+  CHECK(init::kaiming_normal_(empty<float>({4, 0}), 0, init::kFanOut).shape() == Shape{4, 0});
+  CHECK(init::dirac_(empty<float>({2, 2, 0})).numel() == 0);
 }
 
 TEST_CASE("xavier and kaiming fills: bounds and standard deviations from their fans and gains") {

@@ -237,6 +237,12 @@ TEST_CASE("ModuleList and ModuleDict: extend, replace, pop, clear, update; error
   CHECK(list->size() == 4);
   CHECK(list->named_children().back().first == "3");
   CHECK(list->ptr(2) == list->ptr(0));  // (shared, not copied)
+  // replace_module changes what the list holds and what a Sequential runs
+  nn::Sequential seq(nn::Linear(2, 2), nn::ReLU());
+  seq->replace_module("1", nn::Tanh().ptr());
+  CHECK(seq[1]->name() == "Tanh");
+  const Tensor<float> in = randn<float>({3, 2});
+  CHECK(seq(in).to_vector() == Tensor<float>(tanh(seq[0]->forward(in))).to_vector());
   CHECK_THROWS_WITH_AS(list[4], doctest::Contains("ModuleList: index 4 is out of range for 4 modules"),
                        std::out_of_range);
   CHECK_THROWS_WITH_AS(list->ptr<nn::LinearImpl>(1),

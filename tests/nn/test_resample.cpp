@@ -114,6 +114,21 @@ TEST_CASE("nn::Upsample is interpolate as a module; printing") {
   CHECK(sized.str() == "Upsample(size=(4, 4), mode='nearest')");
 }
 
+TEST_CASE("cosine_similarity broadcasts before the norms; interpolate copies a dim whose size does not change") {
+  // [[1]] against [[1, 1]] along dim 1: [[1, 1]] against [[1, 1]], cosine 1 (not sqrt(2))
+  CHECK(F::cosine_similarity(tensor<double>({{1.0}}), tensor<double>({{1.0, 1.0}})).item() ==
+        doctest::Approx(1.0).epsilon(1e-12));
+  CHECK(F::cosine_similarity(tensor<double>({3.0, 4.0, 0.0}).reshape({1, 3}), randn<double>({2, 3})).shape() ==
+        Shape{2});
+  // scale 1.2 of a length 4 gives 4 again (floor(4.8)): PyTorch copies it, no interpolation
+  const Tensor<float> ramp = arange<float>(4).reshape({1, 1, 4});
+  CHECK(F::interpolate(ramp, F::InterpolateOptions().scale_factor({1.2}).mode("linear")).to_vector() ==
+        ramp.to_vector());
+  // nearest indices in float also for double (2 -> 98: PyTorch gives 49 ones)
+  const Tensor<double> two = tensor<double>({0.0, 1.0}).reshape({1, 1, 2});
+  CHECK(sum(F::interpolate(two, F::InterpolateOptions().size({98}))).item() == 49);
+}
+
 TEST_CASE("one_hot: a 1 at each index, the classes inferred or given; indices out of range refused") {
   const Tensor<int64_t> labels = tensor<int64_t>({{2, 0}, {1, 2}});
   const Tensor<int64_t> inferred = F::one_hot(labels);
@@ -141,6 +156,8 @@ TEST_CASE("pad and interpolate errors name the op, the shapes and what is wrong"
                        doctest::Contains("pad: circular padding 4 and 0 of dim 2 of size 3 must be at most 3"),
                        ShapeError);
   CHECK_THROWS_WITH_AS(F::pad(x, {-3, -2}), doctest::Contains("leaves a negative size"), ShapeError);
+  CHECK_THROWS_WITH_AS(F::pad(x, {1, 1}, "reflect", 1.0), doctest::Contains("pad: mode \"reflect\" takes no value"),
+                       std::invalid_argument);
   CHECK(F::pad(x, {0, 0, 5, 5}, "replicate").shape() == Shape{1, 2, 13, 4});  // (replicate has no limit)
 
   using O = F::InterpolateOptions;

@@ -5,6 +5,9 @@
 // defaults, values and gradients at the kinks (checked against torch 2.15 in tests/nn/test_activation.cpp).
 // Included by expr/functions.hpp; the nn modules that wrap them are in nn/activation.hpp.
 #include <numbers>
+#include <stdexcept>
+
+#include "kiln/core/error.hpp"
 
 namespace kiln {
 
@@ -45,12 +48,16 @@ auto selu(const X& x) {
 // x where x > 0, else alpha * (exp(x / alpha) - 1).
 template <OperandOrScalar X>
 auto celu(const X& x, double alpha = 1.0) {
+  check<std::invalid_argument>(alpha != 0, "celu: alpha must not be 0");
   return where(x > 0, x, expm1(detail::nonpositive_part(x) * (1 / alpha)) * alpha);
 }
 
 // x clamped to [min_val, max_val]; the gradient is 0 outside (min_val, max_val), the bounds included.
 template <OperandOrScalar X>
-auto hardtanh(const X& x, double min_val = -1.0, double max_val = 1.0) { return clamp(x, min_val, max_val); }
+auto hardtanh(const X& x, double min_val = -1.0, double max_val = 1.0) {
+  check<std::invalid_argument>(min_val <= max_val, "hardtanh: min_val ", min_val, " is above max_val ", max_val);
+  return clamp(x, min_val, max_val);
+}
 template <OperandOrScalar X>
 auto relu6(const X& x) { return hardtanh(x, 0.0, 6.0); }
 
@@ -76,14 +83,15 @@ auto logsigmoid(const X& x) { return -softplus(-x); }
 template <OperandOrScalar X>
 auto tanhshrink(const X& x) { return x - tanh(x); }
 
-// x - lambda above lambda, x + lambda below -lambda, 0 between.
+// x - lambda above lambda, x + lambda below -lambda, 0 between (NaN stays NaN); lambda >= 0.
 template <OperandOrScalar X>
 auto softshrink(const X& x, double lambda = 0.5) {
-  return where(x > lambda, x - lambda, where(x < -lambda, x + lambda, 0));
+  check<std::invalid_argument>(lambda >= 0, "softshrink: lambda must be at least 0, got ", lambda);
+  return where(x >= -lambda && x <= lambda, 0, where(x > lambda, x - lambda, x + lambda));
 }
 
-// x where |x| > lambda, else 0.
+// x where |x| > lambda, else 0 (NaN stays NaN).
 template <OperandOrScalar X>
-auto hardshrink(const X& x, double lambda = 0.5) { return where(x > lambda || x < -lambda, x, 0); }
+auto hardshrink(const X& x, double lambda = 0.5) { return where(x >= -lambda && x <= lambda, 0, x); }
 
 }  // namespace kiln

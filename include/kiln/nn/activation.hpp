@@ -50,17 +50,19 @@ Tensor<T> softplus(const Tensor<T>& x, double beta = 1.0, double threshold = 20.
   return where(x * beta > threshold, x, kiln::softplus(x * beta) * (1 / beta));
 }
 
-// x where x > 0, else weight * x, weight of one element or one per channel (dim 1; dim 0 of a 1-d x).
+// x where x > 0, else weight * x, weight of one element or one per channel (dim 1).
 template <Dtype T>
 Tensor<T> prelu(const Tensor<T>& x, const Tensor<T>& weight) {
   const int64_t n = weight.numel();
   check<ShapeError>(weight.dim() <= 1 && n >= 1, "prelu: weight must be 1-d (or a scalar), got shape ",
                     weight.shape());
-  if (n == 1) return where(x > 0, x, x * weight.reshape({1}));
-  const int64_t channel_dim = x.dim() >= 2 ? 1 : 0;
-  check<ShapeError>(x.dim() >= 1 && x.size(channel_dim) == n, "prelu: ", n, " weights for input of shape ",
-                    x.shape(), ", which has ", x.dim() >= 1 ? x.size(channel_dim) : 0, " channels");
-  Shape per_channel = Shape::filled(x.dim() - channel_dim, 1);
+  // (a 0-d weight for a 0-d x, so that the result stays 0-d)
+  if (n == 1) return where(x > 0, x, x * weight.reshape(Shape::filled(std::min(x.dim(), 1), 1)));
+  // The channels are dim 1; an input of fewer dims has one channel (as PyTorch's).
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 1;
+  check<ShapeError>(channels == n, "prelu: ", n, " weights for input of shape ", x.shape(), ", which has ",
+                    channels, " channels");
+  Shape per_channel = Shape::filled(x.dim() - 1, 1);
   per_channel[0] = n;
   return where(x > 0, x, x * weight.reshape(per_channel));
 }

@@ -10,6 +10,7 @@
 //   auto cls = heads->ptr<nn::LinearImpl>("cls");
 #include <initializer_list>
 #include <memory>
+#include <ranges>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -33,6 +34,7 @@ std::shared_ptr<M> module_as(const std::shared_ptr<Module>& module, const char* 
 // Modules registered as "0", "1", ... in order.
 class ModuleListImpl : public Module {
  public:
+  using Item = std::pair<std::string, std::shared_ptr<Module>>;
   ModuleListImpl() : Module("ModuleList") {}
   template <class... M>
   explicit ModuleListImpl(M&&... modules) : Module("ModuleList") {
@@ -46,8 +48,8 @@ class ModuleListImpl : public Module {
   // Appends every module of other (shared, not copied).
   KILN_DECL void extend(const ModuleListImpl& other);
 
-  size_t size() const { return modules_.size(); }
-  bool is_empty() const { return modules_.empty(); }
+  size_t size() const { return named_children().size(); }
+  bool is_empty() const { return named_children().empty(); }
   // The i-th module; std::out_of_range past the end.
   KILN_DECL const std::shared_ptr<Module>& operator[](size_t i) const;
   const std::shared_ptr<Module>& ptr(size_t i) const { return (*this)[i]; }
@@ -60,8 +62,9 @@ class ModuleListImpl : public Module {
   M& at(size_t i) const {
     return *ptr<M>(i);
   }
-  auto begin() const { return modules_.begin(); }
-  auto end() const { return modules_.end(); }
+  // The modules in order (the registered children, so replace_module shows here and in forward).
+  auto begin() const { return std::views::values(named_children()).begin(); }
+  auto end() const { return std::views::values(named_children()).end(); }
 
  protected:
   // For lists with a forward of their own (Sequential): an empty list under another name.
@@ -69,9 +72,6 @@ class ModuleListImpl : public Module {
     const char* name;
   };
   explicit ModuleListImpl(Named named) : Module(named.name) {}
-
- private:
-  std::vector<std::shared_ptr<Module>> modules_;
 };
 KILN_MODULE(ModuleList);
 
@@ -123,17 +123,15 @@ class ModuleDict : public ModuleHolder<ModuleDictImpl> {
 
 #if KILN_HEADER_DEFINITIONS
 KILN_DECL void ModuleListImpl::push_back(std::shared_ptr<Module> module) {
-  modules_.push_back(register_module(std::to_string(modules_.size()), std::move(module)));
+  register_module(std::to_string(size()), std::move(module));
 }
 KILN_DECL void ModuleListImpl::extend(const ModuleListImpl& other) {
-  // (a copy first: other may be this list)
-  const std::vector<std::shared_ptr<Module>> modules = other.modules_;
-  for (const auto& m : modules) push_back(m);
+  const std::vector<Item> items = other.named_children();  // (a copy: other may be this list)
+  for (const auto& [name, module] : items) push_back(module);
 }
 KILN_DECL const std::shared_ptr<Module>& ModuleListImpl::operator[](size_t i) const {
-  check<std::out_of_range>(i < modules_.size(), "ModuleList: index ", i, " is out of range for ", modules_.size(),
-                           " modules");
-  return modules_[i];
+  check<std::out_of_range>(i < size(), "ModuleList: index ", i, " is out of range for ", size(), " modules");
+  return named_children()[i].second;
 }
 
 KILN_DECL ModuleDictImpl::ModuleDictImpl(const std::vector<Item>& items) : Module("ModuleDict") {

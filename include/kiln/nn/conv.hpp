@@ -142,12 +142,16 @@ struct Im2ColBackward : autograd::Node {
 
 namespace functional {
 
-// The columns of x [N, C, H, W]: [N, C * kh * kw, Hout * Wout].
+// The columns of x [N, C, H, W]: [N, C * kh * kw, Hout * Wout], for the first `positions` rows and columns of
+// the output (all of them by default; conv_transpose2d's output_padding can leave more than its input has).
 template <Dtype T>
-Tensor<T> im2col(const Tensor<T>& x, const Conv2dGeometry& g) {
+Tensor<T> im2col(const Tensor<T>& x, const Conv2dGeometry& g, std::array<int64_t, 2> positions = {0, 0}) {
   check<ShapeError>(x.dim() == 4, "im2col: expected a 4-d input [N, C, H, W], got ", x.shape());
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
-  const auto [ho, wo] = g.output_hw(x.shape());
+  const std::array<int64_t, 2> all = g.output_hw(x.shape());
+  const int64_t ho = positions[0] > 0 ? positions[0] : all[0], wo = positions[1] > 0 ? positions[1] : all[1];
+  check<ShapeError>(ho <= all[0] && wo <= all[1], "im2col: ", ho, "x", wo, " output positions for input of shape ",
+                    x.shape(), ", which has ", all[0], "x", all[1]);
   const Tensor<T> xc = x.detach().contiguous();
   const Shape shape{n, c * g.kh * g.kw, ho * wo};
   Tensor<T> cols = [&] {

@@ -14,36 +14,42 @@ namespace autograd_nodes {
 // col2im's backward: im2col of the gradient.
 template <Dtype T>
 struct Col2ImBackward : autograd::Node {
-  Col2ImBackward(const autograd::ImplPtr& cols, Conv2dGeometry g) : g_(g) {
+  Col2ImBackward(const autograd::ImplPtr& cols, Conv2dGeometry g, std::array<int64_t, 2> positions)
+      : g_(g), positions_(positions) {
     next_edges.push_back(autograd::gradient_edge(cols));
   }
   std::string name() const override { return "Col2ImBackward"; }
   autograd::GradList apply(autograd::GradList&& grads) override {
     if (!grads.at(0)) return {nullptr};
     NoGradGuard no_grad;
-    return {functional::im2col(Tensor<T>(grads[0]), g_).impl_ptr()};
+    return {functional::im2col(Tensor<T>(grads[0]), g_, positions_).impl_ptr()};
   }
 
  private:
   Conv2dGeometry g_;
+  std::array<int64_t, 2> positions_;
 };
 }  // namespace autograd_nodes
 
 namespace functional {
 
-// The image [N, C, H, W] (`shape`) whose im2col would be cols [N, C * kh * kw, Hc * Wc], summing what overlaps:
-// the adjoint of im2col, differentiable in cols.
+// The image [N, C, H, W] (`shape`) whose im2col at `positions` (rows x columns of output positions, at most all
+// that the geometry gives) would be cols [N, C * kh * kw, rows * columns], summing what overlaps: the adjoint of
+// im2col, differentiable in cols.
 template <Dtype T>
-Tensor<T> col2im(const Tensor<T>& cols, const Shape& shape, const Conv2dGeometry& g) {
-  const auto [ho, wo] = g.output_hw(shape);
-  check<ShapeError>(cols.dim() == 3 && cols.size(0) == shape[0] && cols.size(1) == shape[1] * g.kh * g.kw &&
-                        cols.size(2) == ho * wo,
-                    "col2im: columns of shape ", cols.shape(), " do not fit an image of shape ", shape);
+Tensor<T> col2im(const Tensor<T>& cols, const Shape& shape, const Conv2dGeometry& g, std::array<int64_t, 2> positions) {
+  check<ShapeError>(shape.size() == 4, "col2im: expected an image shape [N, C, H, W], got ", shape);
+  const std::array<int64_t, 2> all = g.output_hw(shape);
+  const auto [ho, wo] = positions;
+  check<ShapeError>(ho > 0 && wo > 0 && ho <= all[0] && wo <= all[1] && cols.dim() == 3 && cols.size(0) == shape[0] &&
+                        cols.size(1) == shape[1] * g.kh * g.kw && cols.size(2) == ho * wo,
+                    "col2im: columns of shape ", cols.shape(), " at ", ho, "x", wo,
+                    " positions do not fit an image of shape ", shape);
   Tensor<T> image = detail::col2im_values(cols.detach(), shape, g, ho, wo);
   if constexpr (is_floating_v<T>) {
     if (GradMode::is_enabled() && cols.requires_grad())
       autograd::meta_of(image.impl_ptr()).grad_fn =
-          std::make_shared<autograd_nodes::Col2ImBackward<T>>(cols.impl_ptr(), g);
+          std::make_shared<autograd_nodes::Col2ImBackward<T>>(cols.impl_ptr(), g, positions);
   }
   return image;
 }
@@ -80,7 +86,7 @@ Tensor<T> conv_transpose2d(const Tensor<T>& x, const Tensor<T>& weight, const Te
   const int64_t cg = cin / groups, kg = weight.size(1) * kh * kw;
   const Tensor<T> cols = matmul(weight.reshape({groups, cg, kg}).transpose(1, 2), x.reshape({n, groups, cg, h * w}))
                              .view({n, cout * kh * kw, h * w});
-  Tensor<T> out = col2im(cols, out_shape, g);
+  Tensor<T> out = col2im(cols, out_shape, g, {h, w});
   if (bias.defined()) {
     check<ShapeError>(bias.shape() == Shape{cout}, "conv_transpose2d: bias of shape ", bias.shape(), " for ", cout,
                       " channels");

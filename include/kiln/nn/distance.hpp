@@ -12,13 +12,16 @@ Tensor<T> normalize(const Tensor<T>& x, double p = 2, int64_t dim = 1, double ep
   return x / clamp_min(norm(x, p, dim, true), eps);
 }
 
-// The cosine of the angle between x1 and x2 along dim (broadcast against each other): the sum over dim of
+// The cosine of the angle between x1 and x2 along dim (broadcast against each other first): the sum over dim of
 // (x1 / max(||x1||, eps)) * (x2 / max(||x2||, eps)), each vector divided by its norm first as PyTorch's (results
 // stay in [-1, 1]). Where a norm is below eps the gradient is that of the clamp (0 through the norm), where
 // PyTorch's passes through the unclamped norm.
 template <Dtype T>
 Tensor<T> cosine_similarity(const Tensor<T>& x1, const Tensor<T>& x2, int64_t dim = 1, double eps = 1e-8) {
-  return sum(normalize(x1, 2, dim, eps) * normalize(x2, 2, dim, eps), {dim});
+  // (broadcast first, as PyTorch's: a vector's norm is taken over the broadcast dim)
+  const Shape shape = broadcast_shapes(x1.shape(), x2.shape(), "cosine_similarity");
+  const Tensor<T> a = x1.expand(shape), b = x2.expand(shape);
+  return sum(normalize(a, 2, dim, eps) * normalize(b, 2, dim, eps), {dim});
 }
 
 // ||x1 - x2 + eps||_p over the last dim (torch.nn.functional.pairwise_distance).

@@ -64,7 +64,6 @@ Tensor<T> assign(const Tensor<T>& t, const std::vector<double>& values) {
 template <Dtype T>
 int64_t fan(const Tensor<T>& t, FanMode mode) {
   const auto [in, out] = calculate_fan_in_and_fan_out(t);
-  check<std::invalid_argument>(in > 0 && out > 0, "nn::init: a tensor of shape ", t.shape(), " has no fan");
   return mode == kFanIn ? in : out;
 }
 // The inverse of erf on (-1, 1): Giles' single-precision approximation (2012), then Newton steps to double's.
@@ -120,6 +119,7 @@ Tensor<T> dirac_(const Tensor<T>& t, int64_t groups = 1) {
                     t.shape());
   check<std::invalid_argument>(groups >= 1 && t.size(0) % groups == 0, "nn::init::dirac_: ", t.size(0),
                                " output channels do not divide into ", groups, " groups");
+  if (t.numel() == 0) return t;
   const int64_t out_per_group = t.size(0) / groups, channels = std::min(out_per_group, t.size(1));
   std::vector<int64_t> strides(size_t(t.dim()), 1);
   for (int d = t.dim() - 2; d >= 0; --d) strides[size_t(d)] = strides[size_t(d + 1)] * t.size(d + 1);
@@ -135,12 +135,14 @@ Tensor<T> dirac_(const Tensor<T>& t, int64_t groups = 1) {
 // Uniform in [-a, a], a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot and Bengio, 2010).
 template <Dtype T>
 Tensor<T> xavier_uniform_(const Tensor<T>& t, double gain = 1, Generator* gen = nullptr) {
+  if (detail::fan(t, kFanIn) == 0 || t.numel() == 0) return t;  // (nothing to fill, as PyTorch's)
   const double a = gain * std::sqrt(6.0 / double(detail::fan(t, kFanIn) + detail::fan(t, kFanOut)));
   return init::uniform_(t, -a, a, gen);
 }
 // Normal(0, std), std = gain * sqrt(2 / (fan_in + fan_out)).
 template <Dtype T>
 Tensor<T> xavier_normal_(const Tensor<T>& t, double gain = 1, Generator* gen = nullptr) {
+  if (detail::fan(t, kFanIn) == 0 || t.numel() == 0) return t;
   const double std = gain * std::sqrt(2.0 / double(detail::fan(t, kFanIn) + detail::fan(t, kFanOut)));
   return init::normal_(t, 0, std, gen);
 }
@@ -150,6 +152,7 @@ Tensor<T> xavier_normal_(const Tensor<T>& t, double gain = 1, Generator* gen = n
 template <Dtype T>
 Tensor<T> kaiming_uniform_(const Tensor<T>& t, double a = 0, FanMode mode = kFanIn,
                            Nonlinearity nonlinearity = kLeakyReLU, Generator* gen = nullptr) {
+  if (detail::fan(t, mode) == 0 || t.numel() == 0) return t;
   const double bound = calculate_gain(nonlinearity, a) * std::sqrt(3.0 / double(detail::fan(t, mode)));
   return init::uniform_(t, -bound, bound, gen);
 }
@@ -157,6 +160,7 @@ Tensor<T> kaiming_uniform_(const Tensor<T>& t, double a = 0, FanMode mode = kFan
 template <Dtype T>
 Tensor<T> kaiming_normal_(const Tensor<T>& t, double a = 0, FanMode mode = kFanIn,
                           Nonlinearity nonlinearity = kLeakyReLU, Generator* gen = nullptr) {
+  if (detail::fan(t, mode) == 0 || t.numel() == 0) return t;
   const double std = calculate_gain(nonlinearity, a) / std::sqrt(double(detail::fan(t, mode)));
   return init::normal_(t, 0, std, gen);
 }

@@ -39,6 +39,8 @@ Tensor<T> pad(const Tensor<T>& x, const std::vector<int64_t>& amounts, const std
                                " (two per padded dim, at most two per dim)");
   check<std::invalid_argument>(mode == "constant" || mode == "reflect" || mode == "replicate" || mode == "circular",
                                "pad: mode must be constant, reflect, replicate or circular, got \"", mode, '"');
+  check<std::invalid_argument>(mode == "constant" || value == 0, "pad: mode \"", mode,
+                               "\" takes no value (", value, ")");
   Tensor<T> out = x;
   for (size_t k = 0; k < amounts.size() / 2; ++k) {
     const int d = x.dim() - 1 - int(k);
@@ -99,7 +101,7 @@ A source_scale(int64_t in, int64_t out, std::optional<double> scale_factor, bool
 // Resizes dim d of x to `out` positions by nearest-neighbour (floor of the scaled index, as PyTorch's "nearest").
 template <Dtype T>
 Tensor<T> nearest_along(const Tensor<T>& x, int d, int64_t out, std::optional<double> scale_factor) {
-  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using A = float;  // (PyTorch's nearest index is computed in float for every dtype)
   const int64_t in = x.size(d);
   const A scale = source_scale<A>(in, out, scale_factor, false);
   std::vector<int64_t> source;
@@ -168,6 +170,7 @@ Tensor<T> interpolate(const Tensor<T>& x, const InterpolateOptions& o) {
     }
     check<ShapeError>(size > 0, "interpolate: output size ", size, " of dim ", d, " (input ", x.shape(),
                       ") must be positive");
+    if (size == x.size(d)) continue;  // copied as it is, whatever the scale factor (as PyTorch's kernels)
     out = mode == "nearest" ? detail::nearest_along(out, d, size, scale)
                             : detail::linear_along(out, d, size, scale, o.align_corners());
   }
