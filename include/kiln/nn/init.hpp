@@ -135,15 +135,17 @@ Tensor<T> dirac_(const Tensor<T>& t, int64_t groups = 1) {
 // Uniform in [-a, a], a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot and Bengio, 2010).
 template <Dtype T>
 Tensor<T> xavier_uniform_(const Tensor<T>& t, double gain = 1, Generator* gen = nullptr) {
-  if (detail::fan(t, kFanIn) == 0 || t.numel() == 0) return t;  // (nothing to fill, as PyTorch's)
-  const double a = gain * std::sqrt(6.0 / double(detail::fan(t, kFanIn) + detail::fan(t, kFanOut)));
+  const auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
+  if (t.numel() == 0) return t;  // (nothing to fill, as PyTorch's)
+  const double a = gain * std::sqrt(6.0 / double(fan_in + fan_out));
   return init::uniform_(t, -a, a, gen);
 }
 // Normal(0, std), std = gain * sqrt(2 / (fan_in + fan_out)).
 template <Dtype T>
 Tensor<T> xavier_normal_(const Tensor<T>& t, double gain = 1, Generator* gen = nullptr) {
-  if (detail::fan(t, kFanIn) == 0 || t.numel() == 0) return t;
-  const double std = gain * std::sqrt(2.0 / double(detail::fan(t, kFanIn) + detail::fan(t, kFanOut)));
+  const auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
+  if (t.numel() == 0) return t;
+  const double std = gain * std::sqrt(2.0 / double(fan_in + fan_out));
   return init::normal_(t, 0, std, gen);
 }
 
@@ -152,16 +154,18 @@ Tensor<T> xavier_normal_(const Tensor<T>& t, double gain = 1, Generator* gen = n
 template <Dtype T>
 Tensor<T> kaiming_uniform_(const Tensor<T>& t, double a = 0, FanMode mode = kFanIn,
                            Nonlinearity nonlinearity = kLeakyReLU, Generator* gen = nullptr) {
-  if (detail::fan(t, mode) == 0 || t.numel() == 0) return t;
-  const double bound = calculate_gain(nonlinearity, a) * std::sqrt(3.0 / double(detail::fan(t, mode)));
+  const int64_t fan = detail::fan(t, mode);
+  if (t.numel() == 0) return t;
+  const double bound = calculate_gain(nonlinearity, a) * std::sqrt(3.0 / double(fan));
   return init::uniform_(t, -bound, bound, gen);
 }
 // Normal(0, std), std = gain / sqrt(fan).
 template <Dtype T>
 Tensor<T> kaiming_normal_(const Tensor<T>& t, double a = 0, FanMode mode = kFanIn,
                           Nonlinearity nonlinearity = kLeakyReLU, Generator* gen = nullptr) {
-  if (detail::fan(t, mode) == 0 || t.numel() == 0) return t;
-  const double std = calculate_gain(nonlinearity, a) / std::sqrt(double(detail::fan(t, mode)));
+  const int64_t fan = detail::fan(t, mode);
+  if (t.numel() == 0) return t;
+  const double std = calculate_gain(nonlinearity, a) / std::sqrt(double(fan));
   return init::normal_(t, 0, std, gen);
 }
 
